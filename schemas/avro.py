@@ -1,0 +1,221 @@
+"""Avro schemas generated from the pydantic models, and the stored versions.
+
+The pydantic models are the source of truth. Each top-level record (every event,
+plus the envelope and the published views) gets one ``.avsc`` file per version
+under ``schemas/avro/`` named ``<Record>.v<N>.avsc``. Stored versions are never
+edited or removed: readers resolve any stored writer schema to the current one.
+
+Run ``python -m schemas.avro --write`` after changing a model; it stores a new
+version when the generated schema differs from the latest stored one, and
+refuses changes that would break old readers (a field removed, or added
+without a default).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+import typing
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from schemas.errors import SchemaRegistryError
+
+AVRO_DIR = Path(__file__).parent / "avro"
+NAMESPACE = "gridledger"
+ENVELOPE_RECORD = "Envelope"
+
+AvroSchema = dict[str, Any]
+
+
+def _is_model(tp: object) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _avro_type(tp: Any, seen: set[str]) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        non_null = [a for a in args if a is not type(None)]
+        if len(non_null) != 1:
+            raise SchemaRegistryError(f"only Optional[X] unions are supported, got {tp}")
+        return ["null", _avro_type(non_null[0], seen)]
+    if origin is Literal:
+        if not all(isinstance(a, str) for a in args):
+            raise SchemaRegistryError(f"only string literals are supported, got {tp}")
+        return "string"
+    if origin is list:
+        return {"type": "array", "items": _avro_type(args[0], seen)}
+    if origin is dict:
+        if args[0] is not str:
+            raise SchemaRegistryError(f"map keys must be strings, got {tp}")
+        return {"type": "map", "values": _avro_type(args[1], seen)}
+    if tp is str:
+        return "string"
+    if tp is bool:
+        return "boolean"
+    if tp is int:
+        return "long"
+    if tp is float:
+        return "double"
+    if tp is datetime:
+        return {"type": "long", "logicalType": "timestamp-micros"}
+    if _is_model(tp):
+        full = f"{NAMESPACE}.{tp.__name__}"
+        if full in seen:
+            return full
+        seen.add(full)
+        return _record(tp, seen)
+    raise SchemaRegistryError(f"no Avro mapping for {tp!r}")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return {k: _json_default(v) for k, v in value}
+    if isinstance(value, list):
+        return [_json_default(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_default(v) for k, v in value.items()}
+    if isinstance(value, datetime):
+        raise SchemaRegistryError("datetime defaults are not supported")
+    return value
+
+
+def _field(name: str, info: Any, seen: set[str]) -> AvroSchema:
+    avro_t = _avro_type(info.annotation, seen)
+    field: AvroSchema = {"name": name, "type": avro_t}
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    if extra.get("avro_default") is False:
+        return field  # a generated default (a fresh uuid) has no place in a schema
+    if info.default is not PydanticUndefined:
+        default = _json_default(info.default)
+    elif info.default_factory is not None:
+        default = _json_default(info.default_factory())
+    else:
+        return field
+    if isinstance(avro_t, list) and default is not None:
+        # Avro: a union's default must match its first branch.
+        field["type"] = [b for b in avro_t if b != "null"] + ["null"]
+    field["default"] = default
+    return field
+
+
+def _record(model: type[BaseModel], seen: set[str], skip: tuple[str, ...] = ()) -> AvroSchema:
+    return {
+        "type": "record",
+        "name": model.__name__,
+        "namespace": NAMESPACE,
+        "fields": [
+            _field(name, info, seen)
+            for name, info in model.model_fields.items()
+            if name not in skip
+        ],
+    }
+
+
+def envelope_schema() -> AvroSchema:
+    """The envelope record shared by every event."""
+    from schemas.events import ENVELOPE_FIELDS, Event
+
+    record = _record(Event, set())
+    record["name"] = ENVELOPE_RECORD
+    record["fields"] = [f for f in record["fields"] if f["name"] in ENVELOPE_FIELDS]
+    return record
+
+
+def event_schema(model: type[BaseModel]) -> AvroSchema:
+    """Schema of an event: ``envelope`` (the Envelope record) then the event's own fields."""
+    from schemas.events import ENVELOPE_FIELDS
+
+    seen = {f"{NAMESPACE}.{ENVELOPE_RECORD}"}
+    record = _record(model, seen, skip=ENVELOPE_FIELDS)
+    record["fields"].insert(0, {"name": "envelope", "type": envelope_schema()})
+    return record
+
+
+def record_schema(model: type[BaseModel]) -> AvroSchema:
+    """Schema of a plain record (a published view such as JobView)."""
+    return _record(model, set())
+
+
+def current_schemas() -> dict[str, tuple[int, AvroSchema]]:
+    """Every top-level record name -> (current version, generated schema)."""
+    from schemas.events import ENVELOPE_VERSION, EVENT_TYPES
+    from schemas.views import VIEW_TYPES
+
+    out: dict[str, tuple[int, AvroSchema]] = {
+        ENVELOPE_RECORD: (ENVELOPE_VERSION, envelope_schema())
+    }
+    for name, cls in EVENT_TYPES.items():
+        out[name] = (cls.SCHEMA_VERSION, event_schema(cls))
+    for name, view in VIEW_TYPES.items():
+        out[name] = (getattr(view, "SCHEMA_VERSION", 1), record_schema(view))
+    return out
+
+
+def stored_schemas() -> dict[str, dict[int, AvroSchema]]:
+    """Every stored schema: record name -> version -> schema."""
+    out: dict[str, dict[int, AvroSchema]] = {}
+    for path in sorted(AVRO_DIR.glob("*.v*.avsc")):
+        name, _, version = path.name.removesuffix(".avsc").rpartition(".v")
+        out.setdefault(name, {})[int(version)] = json.loads(path.read_text())
+    return out
+
+
+def _field_names(schema: AvroSchema) -> dict[str, AvroSchema]:
+    return {f["name"]: f for f in schema["fields"]}
+
+
+def compatibility_problems(old: AvroSchema, new: AvroSchema, where: str = "") -> list[str]:
+    """Why a reader with ``new`` could not read data written with ``old`` (empty if it can)."""
+    problems = []
+    old_fields, new_fields = _field_names(old), _field_names(new)
+    for name in old_fields:
+        if name not in new_fields:
+            problems.append(f"{where}{name}: removed (fields may only be added)")
+    for name, field in new_fields.items():
+        if name not in old_fields and "default" not in field:
+            problems.append(f"{where}{name}: added without a default")
+        elif name in old_fields:
+            o, n = old_fields[name]["type"], field["type"]
+            if isinstance(o, dict) and isinstance(n, dict) and o.get("type") == "record":
+                problems += compatibility_problems(o, n, f"{where}{name}.")
+    return problems
+
+
+def write_new_versions() -> list[str]:
+    """Store a new version of every record whose generated schema changed."""
+    stored = stored_schemas()
+    written = []
+    AVRO_DIR.mkdir(exist_ok=True)
+    for name, (version, schema) in current_schemas().items():
+        versions = stored.get(name, {})
+        if version in versions:
+            if versions[version] != schema:
+                raise SchemaRegistryError(
+                    f"{name}: the model changed but SCHEMA_VERSION is still {version}; "
+                    f"bump {name}.SCHEMA_VERSION to {max(versions) + 1}"
+                )
+            continue
+        if versions:
+            latest = versions[max(versions)]
+            problems = compatibility_problems(latest, schema)
+            if problems:
+                raise SchemaRegistryError(f"{name} v{version} breaks old readers: {problems}")
+        path = AVRO_DIR / f"{name}.v{version}.avsc"
+        path.write_text(json.dumps(schema, indent=2) + "\n")
+        written.append(str(path))
+    return written
+
+
+if __name__ == "__main__":
+    if "--write" in sys.argv:
+        for line in write_new_versions():
+            print("stored", line)
+    else:
+        print(json.dumps({k: v[1] for k, v in current_schemas().items()}, indent=2))

@@ -1,0 +1,198 @@
+"""The one codec: events and views to bytes plus Kafka headers, and back.
+
+Wire format: Avro single-object encoding — the two bytes ``C3 01``, the 8-byte
+little-endian CRC-64-AVRO fingerprint of the writer schema's canonical form,
+then the Avro binary body. Any stored schema version can be the writer; the
+reader is always the current model's schema, so old payloads decode with new
+code. The event type and the fingerprint also travel as Kafka headers so other
+services can route without decoding.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import fastavro
+from pydantic import BaseModel, ValidationError
+
+from schemas.avro import current_schemas, stored_schemas
+from schemas.errors import EventDecodeError, EventEncodeError, SchemaRegistryError
+from schemas.events import ENVELOPE_FIELDS, EVENT_TYPES, Event
+from schemas.views import VIEW_TYPES
+
+MAGIC = b"\xc3\x01"
+HEADER_TYPE = "gridledger-type"
+HEADER_FINGERPRINT = "gridledger-schema-fingerprint"
+HEADER_CONTENT_TYPE = "content-type"
+CONTENT_TYPE = b"application/vnd.apache.avro+binary;encoding=single-object"
+
+_EMPTY64 = 0xC15D213AA4D7A795
+
+
+def _crc64_table() -> list[int]:
+    table = []
+    for i in range(256):
+        fp = i
+        for _ in range(8):
+            fp = (fp >> 1) ^ (_EMPTY64 & -(fp & 1))
+        table.append(fp)
+    return table
+
+
+_TABLE = _crc64_table()
+
+
+def crc64_avro(data: bytes) -> int:
+    """CRC-64-AVRO (Rabin) fingerprint as defined by the Avro specification."""
+    fp = _EMPTY64
+    for byte in data:
+        fp = (fp >> 8) ^ _TABLE[(fp ^ byte) & 0xFF]
+    return fp
+
+
+def fingerprint(schema: dict[str, Any]) -> int:
+    canonical = fastavro.schema.to_parsing_canonical_form(schema)
+    return crc64_avro(canonical.encode())
+
+
+@dataclass(frozen=True)
+class _Schema:
+    name: str
+    version: int
+    parsed: Any
+    fingerprint: int
+
+
+@dataclass(frozen=True)
+class _Registry:
+    current: dict[str, _Schema]
+    writers: dict[int, _Schema]
+
+
+def _parse(name: str, version: int, schema: dict[str, Any]) -> _Schema:
+    return _Schema(name, version, fastavro.parse_schema(schema), fingerprint(schema))
+
+
+@cache
+def registry() -> _Registry:
+    """Current reader schemas and every known writer schema, by fingerprint."""
+    current: dict[str, _Schema] = {}
+    writers: dict[int, _Schema] = {}
+    for name, versions in stored_schemas().items():
+        for version, schema in versions.items():
+            parsed = _parse(name, version, schema)
+            writers[parsed.fingerprint] = parsed
+    for name, (version, schema) in current_schemas().items():
+        parsed = _parse(name, version, schema)
+        current[name] = parsed
+        writers.setdefault(parsed.fingerprint, parsed)
+    return _Registry(current, writers)
+
+
+def check_stored_schemas() -> list[str]:
+    """Records whose current model has no identical stored ``.avsc`` (should be empty)."""
+    stored = stored_schemas()
+    problems = []
+    for name, (version, schema) in current_schemas().items():
+        if stored.get(name, {}).get(version) != schema:
+            problems.append(
+                f"{name} v{version} is not stored as generated; run `python -m schemas.avro --write`"
+            )
+    return problems
+
+
+def _to_avro(obj: BaseModel) -> dict[str, Any]:
+    data = obj.model_dump()
+    if isinstance(obj, Event):
+        envelope = {name: data.pop(name) for name in ENVELOPE_FIELDS}
+        return {"envelope": envelope, **data}
+    return data
+
+
+def _record_name(obj: BaseModel) -> str:
+    name = type(obj).__name__
+    if name not in EVENT_TYPES and name not in VIEW_TYPES:
+        raise EventEncodeError(f"{name} is not a registered event or view")
+    return name
+
+
+def encode(obj: BaseModel) -> bytes:
+    """Single-object Avro encoding of an event or a view."""
+    schema = registry().current[_record_name(obj)]
+    buf = io.BytesIO()
+    buf.write(MAGIC)
+    buf.write(schema.fingerprint.to_bytes(8, "little"))
+    try:
+        fastavro.schemaless_writer(buf, schema.parsed, _to_avro(obj))
+    except (ValueError, TypeError) as exc:
+        raise EventEncodeError(f"cannot encode {schema.name}: {exc}") from exc
+    return buf.getvalue()
+
+
+def headers(obj: BaseModel) -> list[tuple[str, bytes]]:
+    """Kafka headers: the record type and writer-schema fingerprint, readable without decoding."""
+    schema = registry().current[_record_name(obj)]
+    return [
+        (HEADER_TYPE, schema.name.encode()),
+        (HEADER_FINGERPRINT, schema.fingerprint.to_bytes(8, "little").hex().encode()),
+        (HEADER_CONTENT_TYPE, CONTENT_TYPE),
+    ]
+
+
+def decode(data: bytes) -> BaseModel:
+    """Decode any registered event or view, resolving its writer schema to the current one."""
+    if not isinstance(data, bytes | bytearray | memoryview) or len(data) < 10:
+        raise EventDecodeError(f"payload of {len(data or b'')} bytes is too short for an event")
+    data = bytes(data)
+    if data[:2] != MAGIC:
+        raise EventDecodeError(
+            f"payload starts with {data[:2].hex()}, not the Avro single-object marker c301"
+        )
+    fp = int.from_bytes(data[2:10], "little")
+    reg = registry()
+    writer = reg.writers.get(fp)
+    if writer is None:
+        raise EventDecodeError(
+            f"unknown writer schema fingerprint {data[2:10].hex()}: the payload was written by a "
+            "schema this build does not store"
+        )
+    reader = reg.current.get(writer.name)
+    if reader is None:
+        raise SchemaRegistryError(f"record {writer.name} has stored schemas but no model")
+    try:
+        record = fastavro.schemaless_reader(io.BytesIO(data[10:]), writer.parsed, reader.parsed)
+    except Exception as exc:  # fastavro raises many types for corrupt input
+        raise EventDecodeError(f"corrupt {writer.name} v{writer.version} body: {exc!r}") from exc
+    return _from_avro(writer.name, record)
+
+
+def _from_avro(name: str, record: Any) -> BaseModel:
+    if not isinstance(record, dict):
+        raise EventDecodeError(f"{name}: decoded body is not a record")
+    if name in EVENT_TYPES:
+        envelope = record.pop("envelope", {})
+        record = {**envelope, **record}
+        model: type[BaseModel] = EVENT_TYPES[name]
+    else:
+        model = VIEW_TYPES[name]
+    try:
+        return model.model_validate(record)
+    except ValidationError as exc:
+        raise EventDecodeError(f"{name} does not validate: {exc}") from exc
+
+
+def decode_event(data: bytes) -> Event:
+    """Decode bytes that must hold an event (not a view)."""
+    obj = decode(data)
+    if not isinstance(obj, Event):
+        raise EventDecodeError(f"expected an event, got a {type(obj).__name__}")
+    return obj
+
+
+def to_json(obj: BaseModel) -> str:
+    """Readable JSON for humans and logs (not the wire format)."""
+    return json.dumps(obj.model_dump(mode="json"), sort_keys=True)

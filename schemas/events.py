@@ -1,0 +1,437 @@
+"""Every event gridledger writes, as frozen pydantic models.
+
+Each event carries the envelope of design.md section 3 (``event_id``, ``job_id``,
+``attempt``, ``type``, ``occurred_at``, ``producer``, ``causation_id``,
+``schema_version``) followed by its own fields. Events are facts in the past
+tense; decisions (``FailureClassified``, ``RetryScheduled``, terminal events) are
+events too, so a job's history explains itself.
+
+The Avro schema of each event is generated from its model (:mod:`schemas.avro`)
+and every version ever written is stored under ``schemas/avro/``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from schemas.spec import JobSpec
+from schemas.types import CheckpointRef, Evidence, FitReport, GpuDevice, GpuUsage
+
+ENVELOPE_VERSION = 1
+"""Version of the Envelope record; bump every event's SCHEMA_VERSION with it."""
+
+ENVELOPE_FIELDS = (
+    "event_id",
+    "job_id",
+    "attempt",
+    "type",
+    "occurred_at",
+    "producer",
+    "causation_id",
+    "schema_version",
+)
+
+FailureClass = str
+"""One of :data:`projections.failures.FAILURE_CLASSES`; a string on the wire so classes can grow."""
+Attribution = Literal["user", "platform", "capacity"]
+
+
+def new_event_id() -> str:
+    return str(uuid.uuid4())
+
+
+def derived_event_id(causation_id: str, processor: str, suffix: str = "") -> str:
+    """Deterministic id for an event derived from another one.
+
+    Re-processing the same input after a crash yields the same id, so folds and
+    sinks drop the duplicate (design.md principle 3).
+    """
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"gridledger:{processor}:{causation_id}:{suffix}"))
+
+
+class Event(BaseModel):
+    """Base of every event: the envelope."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    TOPIC: ClassVar[str] = "job-events"
+    """Topic suffix the event is appended to (see ``services.settings.TOPIC_NAMES``)."""
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    event_id: str = Field(
+        default_factory=new_event_id, json_schema_extra={"avro_default": False}
+    )
+    job_id: str = ""
+    """Empty for node-scoped events."""
+    attempt: int = Field(0, ge=0)
+    """0 before the first attempt."""
+    type: str = ""
+    occurred_at: datetime
+    producer: str = ""
+    """service/instance that wrote it, e.g. 'agent/node-a'."""
+    causation_id: str | None = None
+    schema_version: int = 0
+
+    def __init__(self, **data: Any) -> None:
+        data.setdefault("type", type(self).__name__)
+        data.setdefault("schema_version", type(self).SCHEMA_VERSION)
+        super().__init__(**data)
+
+    @field_validator("occurred_at")
+    @classmethod
+    def _utc_micros(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("must be timezone-aware (UTC)")
+        return value.astimezone(UTC).replace(microsecond=value.microsecond)
+
+    @property
+    def key(self) -> str:
+        """Kafka key: the job id (node id for node-keyed events)."""
+        return self.job_id
+
+
+class NodeEvent(Event):
+    """An event about a node rather than a job; keyed by ``node_id``."""
+
+    TOPIC: ClassVar[str] = "node-events"
+    node_id: str
+
+    @property
+    def key(self) -> str:
+        return self.node_id
+
+
+# --------------------------------------------------------------------------- job lifecycle
+
+
+class JobSubmitted(Event):
+    tenant: str
+    submitter: str = ""
+    spec: JobSpec
+
+
+class JobRejected(Event):
+    """Terminal before any compute is held."""
+
+    failure_class: FailureClass
+    """does_not_fit or invalid_spec."""
+    summary: str
+    advice: str
+    fit: FitReport | None = None
+
+
+class JobQueued(Event):
+    queue_deadline: datetime
+    reason: str = ""
+
+
+class AttemptScheduled(Event):
+    """The scheduler placed an attempt on a node. Also routed to node-commands."""
+
+    node_id: str
+    provider: str = ""
+    region: str = ""
+    gpu_count: int
+    gpu_model: str = ""
+    gpu_indices: list[int] = Field(default_factory=list)
+    dispatch_deadline: datetime
+    spec: JobSpec
+    tenant: str = ""
+    resume_from: CheckpointRef | None = None
+
+
+class NoCapacity(Event):
+    queued_since: datetime
+    queue_deadline: datetime
+    detail: str = ""
+
+
+class AttemptAccepted(Event):
+    node_id: str
+
+
+class ComputeHeld(Event):
+    """The meter starts at ``occurred_at``."""
+
+    node_id: str
+    gpu_count: int
+    gpu_model: str = ""
+    gpu_indices: list[int] = Field(default_factory=list)
+
+
+class ComputeReleased(Event):
+    """The meter stops at ``occurred_at``. Emitted on every end, success or not."""
+
+    node_id: str
+    reason: str = ""
+    """exited, image_unavailable, start_failed, cancelled, runtime_exceeded, agent_shutdown."""
+
+
+class ImageResolved(Event):
+    image: str
+    image_id: str = ""
+    pulled: bool = False
+
+
+class ImageUnavailable(Event):
+    image: str
+    reason: Literal["not_found", "registry_unreachable"]
+    message: str = ""
+
+
+class ContainerStarted(Event):
+    container_id: str
+    node_id: str = ""
+
+
+class ContainerStartFailed(Event):
+    error_kind: str
+    """entrypoint_not_found, invalid_config, daemon_error ..."""
+    message: str = ""
+
+
+class ProcessExited(Event):
+    SCHEMA_VERSION: ClassVar[int] = 2
+    """v2 added ``memory_limit_bytes`` (v1 payloads decode with 0: unknown)."""
+
+    exit_code: int
+    signal: int | None = None
+    oom_killed: bool = False
+    runtime_s: float = 0.0
+    last_log_lines: list[str] = Field(default_factory=list)
+    runtime_exceeded: bool = False
+    """The agent stopped the process because ``limits.max_runtime_s`` was reached."""
+    memory_limit_bytes: int = 0
+    """The container's memory limit; an OOM kill means something only against it."""
+
+
+class CheckpointStored(Event):
+    name: str
+    step: int | None = None
+    uri: str
+    sha256: str
+    bytes: int
+
+
+class OutputStored(Event):
+    path: str
+    uri: str
+    sha256: str
+    bytes: int
+
+
+class OutputFailed(Event):
+    path: str
+    reason: Literal["missing", "store_failed"]
+    required: bool = True
+    message: str = ""
+
+
+class AttemptUnresponsive(Event):
+    node_id: str
+    last_heartbeat_at: datetime | None = None
+    silence_s: float
+    lost_deadline: datetime
+
+
+class AttemptResponsive(Event):
+    """Heartbeats came back before the lost deadline: the uncertainty is cleared."""
+
+    node_id: str
+    silence_s: float = 0.0
+
+
+class AttemptLost(Event):
+    node_id: str
+    last_heartbeat_at: datetime | None = None
+    deadline: datetime | None = None
+
+
+class DispatchTimedOut(Event):
+    node_id: str
+    deadline: datetime
+
+
+class FinishingTimedOut(Event):
+    node_id: str = ""
+    deadline: datetime
+
+
+class CancelRequested(Event):
+    requested_by: str = ""
+    reason: str = ""
+    node_id: str = ""
+    """Filled when the request is routed to the node running the attempt."""
+
+
+class AttemptCancelled(Event):
+    node_id: str
+
+
+class FailureClassified(Event):
+    failure_class: FailureClass
+    attribution: Attribution
+    retryable: bool
+    summary: str
+    advice: str
+    evidence: Evidence
+    rule_id: str
+    classifier_version: str
+
+
+class RetryScheduled(Event):
+    """The attempt ``attempt`` failed; ``next_attempt`` will be queued after ``delay_s``."""
+
+    next_attempt: int
+    delay_s: float
+    not_before: datetime
+    resume_from: CheckpointRef | None = None
+    avoid_nodes: list[str] = Field(default_factory=list)
+    avoid_providers: list[str] = Field(default_factory=list)
+    reason: str = ""
+
+
+class JobSucceeded(Event):
+    pass
+
+
+class JobSucceededWithErrors(Event):
+    """The process exited 0 but a declared output failed to store."""
+
+    summary: str = ""
+
+
+class JobFailed(Event):
+    failure_class: FailureClass
+    attribution: Attribution = "user"
+    summary: str = ""
+    advice: str = ""
+    reason: str = ""
+    """Why no retry: 'not retryable', 'retry budget exhausted (3 of 3)', ..."""
+
+
+class JobCancelled(Event):
+    summary: str = ""
+
+
+# --------------------------------------------------------------------------- per-attempt streams
+
+
+class AttemptHeartbeat(Event):
+    TOPIC: ClassVar[str] = "heartbeats"
+    node_id: str
+    seq: int
+    gpus: list[GpuUsage] = Field(default_factory=list)
+    host_memory_used_mb: int = 0
+    cpu_pct: float = 0.0
+
+
+class LogChunk(Event):
+    TOPIC: ClassVar[str] = "log-chunks"
+    stream: Literal["stdout", "stderr", "system"]
+    seq: int
+    """Per attempt and stream, from 0 with no gaps."""
+    first_line: int
+    """Line number (per attempt and stream, from 1) of the first line in ``data``."""
+    line_count: int
+    data: str
+    """At most 64 KiB of UTF-8; lines end with '\\n' except a split long line's parts."""
+    truncated: bool = False
+    """True on the chunk that hit the per-attempt byte quota; nothing follows it."""
+
+
+class MeterTick(Event):
+    TOPIC: ClassVar[str] = "meter-ticks"
+    node_id: str
+    tick_index: int
+    """0, 1, 2 ... per attempt; duplicates with the same index are the same tick."""
+    interval_start: datetime
+    interval_s: float
+    gpu_count: int
+    gpu_model: str = ""
+    gpu_seconds: float
+    final: bool = False
+    """The last, possibly partial, tick of the attempt."""
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+class NodeRegistered(NodeEvent):
+    provider: str = ""
+    region: str = ""
+    inventory_source: Literal["nvml", "declared"]
+    inventory_note: str = ""
+    """Why the declared inventory is used, e.g. 'NVML unavailable: driver not loaded'."""
+    gpus: list[GpuDevice] = Field(default_factory=list)
+    host_memory_mb: int = 0
+    agent_version: str = ""
+    heartbeat_interval_s: float = 5.0
+
+
+class NodeHeartbeat(NodeEvent):
+    seq: int
+    free_gpu_indices: list[int] = Field(default_factory=list)
+    gpus: list[GpuUsage] = Field(default_factory=list)
+    running_attempts: list[str] = Field(default_factory=list)
+    """'job_id/attempt' of every attempt running on the node."""
+
+
+class NodeDrained(NodeEvent):
+    reason: str = ""
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__name__: cls
+    for cls in (
+        JobSubmitted,
+        JobRejected,
+        JobQueued,
+        AttemptScheduled,
+        NoCapacity,
+        AttemptAccepted,
+        ComputeHeld,
+        ComputeReleased,
+        ImageResolved,
+        ImageUnavailable,
+        ContainerStarted,
+        ContainerStartFailed,
+        ProcessExited,
+        CheckpointStored,
+        OutputStored,
+        OutputFailed,
+        AttemptUnresponsive,
+        AttemptResponsive,
+        AttemptLost,
+        DispatchTimedOut,
+        FinishingTimedOut,
+        CancelRequested,
+        AttemptCancelled,
+        FailureClassified,
+        RetryScheduled,
+        JobSucceeded,
+        JobSucceededWithErrors,
+        JobFailed,
+        JobCancelled,
+        AttemptHeartbeat,
+        LogChunk,
+        MeterTick,
+        NodeRegistered,
+        NodeHeartbeat,
+        NodeDrained,
+    )
+}
+"""Every event type by name."""
+
+TERMINAL_EVENTS: tuple[type[Event], ...] = (
+    JobSucceeded,
+    JobSucceededWithErrors,
+    JobFailed,
+    JobCancelled,
+    JobRejected,
+)
+

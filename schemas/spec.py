@@ -1,0 +1,138 @@
+"""The job spec a user submits, with validation that names the field and the fix."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Dtype = Literal["fp32", "fp16", "bf16", "int8", "int4"]
+ModelMode = Literal["inference", "training"]
+
+MAX_COMMAND_BYTES = 64 * 1024
+"""A command line longer than this is almost certainly data pasted by mistake."""
+
+_IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Resources(_Strict):
+    """What one attempt needs from a node."""
+
+    gpus: int = Field(1, ge=0, le=16, description="number of GPUs on one node")
+    gpu_models: list[str] = Field(
+        default_factory=list, description="acceptable GPU models, e.g. ['A100-80GB']; empty = any"
+    )
+    min_vram_gb: float | None = Field(
+        None, gt=0, description="GPU memory needed per job in GiB; overrides the model estimate"
+    )
+    memory_gb: float = Field(4.0, gt=0, le=2048, description="host memory limit of the container")
+    cpus: float = Field(1.0, gt=0, le=256)
+
+
+class ModelSpec(_Strict):
+    """The model the job loads, used to estimate GPU memory before placement."""
+
+    params_billion: float = Field(..., gt=0, le=10_000)
+    dtype: Dtype = "fp16"
+    mode: ModelMode = "inference"
+
+
+class Limits(_Strict):
+    max_runtime_s: int = Field(3600, ge=1, le=30 * 24 * 3600)
+    queue_timeout_s: int = Field(600, ge=1, le=7 * 24 * 3600)
+
+
+class OutputSpec(_Strict):
+    """A file or folder the job must leave under ``$GRIDLEDGER_OUTPUT_DIR``."""
+
+    path: str = Field(..., min_length=1, max_length=512)
+    required: bool = True
+
+    @field_validator("path")
+    @classmethod
+    def _relative(cls, value: str) -> str:
+        if value.startswith("/") or ".." in value.split("/"):
+            raise ValueError(
+                "must be a path relative to $GRIDLEDGER_OUTPUT_DIR without '..', e.g. 'model.pt'"
+            )
+        return value
+
+
+class RetrySpec(_Strict):
+    max_attempts: int = Field(3, ge=1, le=10, description="attempts in total, the first included")
+    retry_user_errors: bool = Field(
+        False, description="also retry failures attributed to the job itself (off by default)"
+    )
+    backoff_s: float = Field(5.0, ge=0, le=3600)
+    backoff_cap_s: float = Field(300.0, ge=0, le=24 * 3600)
+
+
+class Placement(_Strict):
+    providers: list[str] = Field(default_factory=list, description="preferred providers, in order")
+    regions: list[str] = Field(default_factory=list, description="preferred regions, in order")
+    avoid_nodes: list[str] = Field(default_factory=list)
+
+
+class JobSpec(_Strict):
+    """A job as submitted: what to run, on what, and what it leaves behind."""
+
+    name: str = Field("", max_length=200)
+    image: str = Field(..., min_length=1, max_length=512)
+    command: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)  # type: ignore[arg-type]
+    model: ModelSpec | None = None
+    limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
+    outputs: list[OutputSpec] = Field(default_factory=list)
+    checkpoints: str | None = Field(
+        None,
+        description="folder under $GRIDLEDGER_OUTPUT_DIR where the job writes checkpoints",
+    )
+    retry: RetrySpec = Field(default_factory=RetrySpec)  # type: ignore[arg-type]
+    placement: Placement = Field(default_factory=Placement)  # type: ignore[arg-type]
+    resume_from: str | None = Field(
+        None, description="job id whose latest checkpoint this job starts from"
+    )
+
+    @field_validator("image")
+    @classmethod
+    def _image_ref(cls, value: str) -> str:
+        if not _IMAGE_RE.match(value):
+            raise ValueError(
+                "must be an image reference such as 'gridledger/python:latest' "
+                "(lower case, no spaces)"
+            )
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if key.startswith("GRIDLEDGER_"):
+                raise ValueError(f"{key!r}: names starting with GRIDLEDGER_ are set by gridledger")
+        return value
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _checkpoint_dir(cls, value: str | None) -> str | None:
+        if value is not None and (value.startswith("/") or ".." in value.split("/")):
+            raise ValueError("must be a folder relative to $GRIDLEDGER_OUTPUT_DIR, e.g. 'ckpt'")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command_size(cls, value: list[str]) -> list[str]:
+        size = sum(len(part.encode()) for part in value)
+        if size > MAX_COMMAND_BYTES:
+            raise ValueError(
+                f"is {size} bytes; the limit is {MAX_COMMAND_BYTES}. "
+                "Put long inputs in a file inside the image instead"
+            )
+        return value

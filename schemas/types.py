@@ -1,0 +1,72 @@
+"""Small records nested inside events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Record(BaseModel):
+    """Base of every nested record: immutable, unknown fields rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GpuDevice(Record):
+    """One GPU of a node's inventory."""
+
+    index: int
+    model: str
+    memory_total_mb: int
+    uuid: str = ""
+
+
+class GpuUsage(Record):
+    """Live usage of one GPU, as read from NVML (zeros on a declared inventory)."""
+
+    index: int
+    utilization_pct: float = 0.0
+    memory_used_mb: int = 0
+    memory_total_mb: int = 0
+
+
+class CheckpointRef(Record):
+    """A stored checkpoint a new attempt can resume from."""
+
+    job_id: str
+    attempt: int
+    name: str
+    uri: str
+    sha256: str
+    bytes: int
+    step: int | None = None
+    stored_at: datetime | None = None
+
+
+class Evidence(Record):
+    """What a failure classification is based on, so a user can check it."""
+
+    rule_id: str
+    exit_code: int | None = None
+    signal: int | None = None
+    oom_killed: bool | None = None
+    log_lines: list[str] = Field(default_factory=list)
+    """The log lines that matched the rule (or the last lines when none matched)."""
+    details: dict[str, str] = Field(default_factory=dict)
+    """Other facts, e.g. the image, the deadline, the node."""
+
+
+class FitReport(Record):
+    """The numbers behind a pre-flight fit decision."""
+
+    fits: bool
+    required_vram_gb: float
+    """Estimated GPU memory per GPU, in GiB."""
+    gpus_requested: int
+    largest_gpu_vram_gb: float
+    largest_gpu_model: str
+    max_gpus_per_node: int
+    estimate_basis: str
+    """How the requirement was computed, e.g. '7B params x 2 bytes (fp16) x 1.2 inference'."""
+    explanation: str

@@ -1,0 +1,167 @@
+"""Read models derived by the projections and published on compacted topics.
+
+``JobView`` goes to ``gridledger.job-state``; ``AccountingRecord`` to
+``gridledger.accounting``. Both are keyed by ``job_id`` and carry Avro schemas
+like the events do.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar
+
+from pydantic import Field
+
+from schemas.spec import JobSpec
+from schemas.types import CheckpointRef, Evidence, FitReport, Record
+
+JOB_STATUSES = (
+    "submitted",
+    "queued",
+    "scheduled",
+    "starting",
+    "running",
+    "finishing",
+    "lost_contact",
+    "retrying",
+    "succeeded",
+    "succeeded_with_errors",
+    "failed",
+    "cancelled",
+    "rejected",
+)
+TERMINAL_STATUSES = frozenset(
+    {"succeeded", "succeeded_with_errors", "failed", "cancelled", "rejected"}
+)
+
+
+class FailureInfo(Record):
+    """The classification of the failure that decided the job's (or attempt's) fate."""
+
+    failure_class: str
+    attribution: str
+    retryable: bool
+    summary: str
+    advice: str
+    evidence: Evidence
+    rule_id: str
+    classifier_version: str
+    attempt: int = 0
+
+
+class OutputInfo(Record):
+    path: str
+    status: str
+    """stored, missing or store_failed."""
+    uri: str = ""
+    sha256: str = ""
+    bytes: int = 0
+    required: bool = True
+    message: str = ""
+
+
+class AttemptView(Record):
+    attempt: int
+    status: str = "scheduled"
+    """scheduled, starting, running, finishing, lost_contact, ended."""
+    node_id: str = ""
+    provider: str = ""
+    region: str = ""
+    gpu_count: int = 0
+    gpu_model: str = ""
+    scheduled_at: datetime | None = None
+    dispatch_deadline: datetime | None = None
+    accepted_at: datetime | None = None
+    held_from: datetime | None = None
+    released_at: datetime | None = None
+    started_at: datetime | None = None
+    exited_at: datetime | None = None
+    container_id: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    oom_killed: bool | None = None
+    runtime_s: float | None = None
+    last_log_lines: list[str] = Field(default_factory=list)
+    resume_from: CheckpointRef | None = None
+    unresponsive_since: datetime | None = None
+    lost_deadline: datetime | None = None
+    failure_class: str = ""
+    attribution: str = ""
+
+
+class JobView(Record):
+    """The current state of one job, folded from its job-events."""
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    job_id: str
+    tenant: str = ""
+    name: str = ""
+    status: str = "submitted"
+    spec: JobSpec | None = None
+    submitted_at: datetime | None = None
+    updated_at: datetime | None = None
+    terminal_at: datetime | None = None
+    terminal_event: str = ""
+    """Type of the one terminal event, once there is one."""
+    queue_deadline: datetime | None = None
+    deadline: datetime | None = None
+    """When the current uncertain state (lost_contact, finishing) must be resolved."""
+    attempt: int = 0
+    attempts: list[AttemptView] = Field(default_factory=list)
+    failure: FailureInfo | None = None
+    fit: FitReport | None = None
+    checkpoints: list[CheckpointRef] = Field(default_factory=list)
+    outputs: list[OutputInfo] = Field(default_factory=list)
+    next_attempt_not_before: datetime | None = None
+    resume_from: CheckpointRef | None = None
+    avoid_nodes: list[str] = Field(default_factory=list)
+    anomalies: list[str] = Field(default_factory=list)
+    """Events that did not fit the lifecycle; recorded, never raised."""
+    applied_event_ids: list[str] = Field(default_factory=list)
+    event_count: int = 0
+
+
+class AttemptAccounting(Record):
+    attempt: int
+    node_id: str = ""
+    held_from: datetime | None = None
+    released_at: datetime | None = None
+    held_seconds: float = 0.0
+    gpu_count: int = 0
+    gpu_model: str = ""
+    gpu_seconds: float = 0.0
+    """held_seconds x gpu_count, from the lifecycle events."""
+    metered_gpu_seconds: float = 0.0
+    """Sum of the attempt's meter ticks, each tick index counted once."""
+    tick_count: int = 0
+    missing_ticks: list[int] = Field(default_factory=list)
+    attribution: str = ""
+    failure_class: str = ""
+    billable_gpu_seconds: float = 0.0
+    credited_gpu_seconds: float = 0.0
+    reconciled: bool = True
+
+
+class AccountingRecord(Record):
+    """What one job held, what was metered, what is owed and what is credited."""
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    job_id: str
+    tenant: str = ""
+    status: str = "submitted"
+    final: bool = False
+    """True once the job is terminal and every attempt has released its compute."""
+    policy_version: str = ""
+    attempts: list[AttemptAccounting] = Field(default_factory=list)
+    held_seconds: float = 0.0
+    gpu_seconds: float = 0.0
+    metered_gpu_seconds: float = 0.0
+    billable_gpu_seconds: float = 0.0
+    credited_gpu_seconds: float = 0.0
+    reconciled: bool = True
+    updated_at: datetime | None = None
+
+
+VIEW_TYPES = {cls.__name__: cls for cls in (JobView, AccountingRecord)}

@@ -1,0 +1,1 @@
+"""gridledger services: the adapters around the pure core (Kafka, Postgres, Docker, HTTP)."""

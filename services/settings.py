@@ -1,0 +1,102 @@
+"""One settings object for every gridledger service.
+
+Every value comes from an environment variable with the ``GRIDLEDGER_`` prefix
+(``GRIDLEDGER_KAFKA_BOOTSTRAP``, ``GRIDLEDGER_PG_DSN``, ...). ``gridledger dev up``
+writes the values it chose (for example the Postgres port) to
+``<home>/stack.env``; :func:`load_settings` reads that file first so that every
+service started on this machine finds the local stack without extra flags.
+Explicit environment variables always win over the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+TOPIC_NAMES = (
+    "job-events",
+    "node-events",
+    "heartbeats",
+    "log-chunks",
+    "meter-ticks",
+    "node-commands",
+    "job-state",
+    "accounting",
+    "dead-letter",
+)
+"""Topic suffixes of design.md section 3; the full name is ``topic_prefix + suffix``."""
+
+COMPACTED_TOPICS = frozenset({"job-state", "accounting"})
+NODE_KEYED_TOPICS = frozenset({"node-events", "node-commands"})
+
+
+def default_home() -> Path:
+    """Folder for local state: jars, broker data, Postgres cluster, spool, artifacts, logs."""
+    return Path(os.environ.get("GRIDLEDGER_HOME", Path.cwd() / ".gridledger")).resolve()
+
+
+class Settings(BaseSettings):
+    """Settings shared by all services; read from ``GRIDLEDGER_*`` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="GRIDLEDGER_", extra="ignore", frozen=True)
+
+    home: Path = Field(default_factory=default_home)
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    kafka_controller_port: int = 9093
+    topic_prefix: str = "gridledger."
+    job_partitions: int = Field(6, ge=1, description="partitions of job-keyed topics")
+    node_partitions: int = Field(6, ge=1, description="partitions of node-keyed topics")
+    pg_port: int = 55432
+    pg_dsn: str = ""
+    """Postgres DSN; empty means the local dev cluster on 127.0.0.1:``pg_port``."""
+    api_host: str = "127.0.0.1"
+    api_port: int = 8600
+    tokens_file: Path | None = None
+    """JSON file {token: tenant}; default ``<home>/tokens.json`` written by ``dev up``."""
+    docker_host: str = ""
+    """Docker daemon address; empty means the environment's default (unix socket)."""
+
+    def topic(self, name: str) -> str:
+        """Full topic name for a suffix from :data:`TOPIC_NAMES`."""
+        if name not in TOPIC_NAMES:
+            raise ValueError(f"unknown topic {name!r}; expected one of {', '.join(TOPIC_NAMES)}")
+        return f"{self.topic_prefix}{name}"
+
+    @property
+    def dsn(self) -> str:
+        return self.pg_dsn or f"postgresql://gridledger@127.0.0.1:{self.pg_port}/gridledger"
+
+    @property
+    def tokens_path(self) -> Path:
+        return self.tokens_file or self.home / "tokens.json"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+
+def _read_env_file(path: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    if not path.is_file():
+        return values
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings from ``<home>/stack.env``, then the environment, then ``overrides``."""
+    home = default_home()
+    file_values = {
+        key.removeprefix("GRIDLEDGER_").lower(): value
+        for key, value in _read_env_file(home / "stack.env").items()
+        if key.startswith("GRIDLEDGER_") and key not in os.environ
+    }
+    return Settings(**{**file_values, **overrides})  # type: ignore[arg-type]
