@@ -100,7 +100,8 @@ def check_stored_schemas() -> list[str]:
     for name, (version, schema) in current_schemas().items():
         if stored.get(name, {}).get(version) != schema:
             problems.append(
-                f"{name} v{version} is not stored as generated; run `python -m schemas.avro --write`"
+                f"{name} v{version} is not stored as generated; "
+                "run `python -m schemas.avro --write`"
             )
     return problems
 

@@ -62,9 +62,7 @@ class Event(BaseModel):
     """Topic suffix the event is appended to (see ``services.settings.TOPIC_NAMES``)."""
     SCHEMA_VERSION: ClassVar[int] = 1
 
-    event_id: str = Field(
-        default_factory=new_event_id, json_schema_extra={"avro_default": False}
-    )
+    event_id: str = Field(default_factory=new_event_id, json_schema_extra={"avro_default": False})
     job_id: str = ""
     """Empty for node-scoped events."""
     attempt: int = Field(0, ge=0)
@@ -434,4 +432,3 @@ TERMINAL_EVENTS: tuple[type[Event], ...] = (
     JobCancelled,
     JobRejected,
 )
-

@@ -1,0 +1,298 @@
+"""Async Kafka client for the ledger (aiokafka).
+
+Writes use ``acks=all`` and the idempotent producer; every event is keyed by
+``job_id`` (``node_id`` for node-keyed topics) so one job's events stay ordered
+in one partition. Reads decode with the one codec; a record that does not
+decode goes to the dead-letter topic with its topic/partition/offset and the
+error, and the reader moves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.partitioner import murmur2
+from pydantic import BaseModel
+
+from schemas import codec
+from schemas.errors import EventDecodeError, LedgerError
+from schemas.events import Event
+from services.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DLQ_SOURCE_TOPIC = "gridledger-source-topic"
+DLQ_SOURCE_PARTITION = "gridledger-source-partition"
+DLQ_SOURCE_OFFSET = "gridledger-source-offset"
+DLQ_ERROR = "gridledger-error"
+DLQ_CONSUMER = "gridledger-consumer"
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The partition the Java/aiokafka default partitioner picks for ``key``."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+@dataclass(frozen=True)
+class Appended:
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class LedgerRecord:
+    """A decoded record and where it came from."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: str
+    value: BaseModel
+    timestamp_ms: int
+
+    @property
+    def event(self) -> Event:
+        if not isinstance(self.value, Event):
+            raise TypeError(f"record at {self.topic}/{self.partition}@{self.offset} is a view")
+        return self.value
+
+
+class Ledger:
+    """Append to and read from gridledger's topics. Build one per service; ``await start()``."""
+
+    def __init__(self, settings: Settings, name: str = "gridledger") -> None:
+        self.settings = settings
+        self.name = name
+        self._producer: AIOKafkaProducer | None = None
+        self._partitions: dict[str, int] = {}
+
+    async def start(self) -> Ledger:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            client_id=self.name,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=2,
+            request_timeout_ms=30_000,
+            max_request_size=4 * 1024 * 1024,
+        )
+        try:
+            await producer.start()
+        except KafkaError as exc:
+            await producer.stop()
+            raise LedgerError(
+                f"cannot reach Kafka at {self.settings.kafka_bootstrap}: {exc}. "
+                "Start the local stack with `gridledger dev up`"
+            ) from exc
+        self._producer = producer
+        return self
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    async def __aenter__(self) -> Ledger:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def producer(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise LedgerError("ledger not started: call `await ledger.start()` first")
+        return self._producer
+
+    def topic_of(self, event: Event) -> str:
+        return self.settings.topic(type(event).TOPIC)
+
+    # ----------------------------------------------------------------------- writes
+
+    async def append(self, event: Event, topic: str | None = None) -> Appended:
+        """Append one event and wait until the broker has it (acks=all). Returns its offset."""
+        return (await self.append_many([event], topic=topic))[0]
+
+    async def append_many(
+        self, events: Sequence[Event], topic: str | None = None
+    ) -> list[Appended]:
+        """Append events in order; waits for all of them. ``topic`` overrides the event's own."""
+        futures = []
+        for event in events:
+            futures.append(await self._send(topic or self.topic_of(event), event.key, event))
+        return [await self._settle(f) for f in futures]
+
+    async def publish(self, topic_suffix: str, key: str, value: BaseModel | None) -> Appended:
+        """Publish a view (JobView, AccountingRecord) to a compacted topic; None deletes it."""
+        topic = self.settings.topic(topic_suffix)
+        return await self._settle(await self._send(topic, key, value))
+
+    async def send_raw(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
+    ) -> Appended:
+        """Send bytes as they are (dead-letter, tests of malformed input)."""
+        try:
+            fut = await self.producer.send(topic, value=value, key=key, headers=headers)
+        except KafkaError as exc:
+            raise LedgerError(f"append to {topic} failed: {exc}") from exc
+        return await self._settle(fut)
+
+    async def _send(self, topic: str, key: str, value: BaseModel | None) -> asyncio.Future[Any]:
+        payload = None if value is None else codec.encode(value)
+        hdrs = [] if value is None else codec.headers(value)
+        try:
+            return await self.producer.send(
+                topic, value=payload, key=key.encode() if key else None, headers=hdrs
+            )
+        except KafkaError as exc:
+            raise LedgerError(f"append to {topic} failed: {exc}") from exc
+
+    @staticmethod
+    async def _settle(fut: asyncio.Future[Any]) -> Appended:
+        try:
+            meta = await fut
+        except KafkaError as exc:
+            raise LedgerError(f"the broker did not acknowledge the append: {exc}") from exc
+        return Appended(meta.topic, meta.partition, meta.offset)
+
+    # ----------------------------------------------------------------------- dead letter
+
+    async def dead_letter(self, raw: Any, error: Exception | str, consumer: str) -> Appended:
+        """Park an undecodable record on the dead-letter topic, with where it came from."""
+        hdrs = [
+            (DLQ_SOURCE_TOPIC, raw.topic.encode()),
+            (DLQ_SOURCE_PARTITION, str(raw.partition).encode()),
+            (DLQ_SOURCE_OFFSET, str(raw.offset).encode()),
+            (DLQ_ERROR, str(error).encode()[:4000]),
+            (DLQ_CONSUMER, consumer.encode()),
+        ]
+        log.warning(
+            "dead-lettering %s/%s@%s for %s: %s",
+            raw.topic,
+            raw.partition,
+            raw.offset,
+            consumer,
+            error,
+        )
+        return await self.send_raw(self.settings.topic("dead-letter"), raw.key, raw.value, hdrs)
+
+    async def decode(self, raw: Any, consumer: str) -> LedgerRecord | None:
+        """Decode a consumed record; dead-letter it and return None when it does not decode."""
+        if raw.value is None:
+            return None  # a tombstone on a compacted topic
+        try:
+            value = codec.decode(raw.value)
+        except EventDecodeError as exc:
+            await self.dead_letter(raw, exc, consumer)
+            return None
+        return LedgerRecord(
+            raw.topic,
+            raw.partition,
+            raw.offset,
+            raw.key.decode() if raw.key else "",
+            value,
+            raw.timestamp,
+        )
+
+    # ----------------------------------------------------------------------- reads
+
+    def consumer(
+        self, *topics: str, group_id: str | None = None, **kwargs: Any
+    ) -> AIOKafkaConsumer:
+        """A consumer on full topic names with gridledger's defaults (manual commits)."""
+        return AIOKafkaConsumer(
+            *topics,
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            group_id=group_id,
+            client_id=f"{self.name}-consumer",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            **kwargs,
+        )
+
+    async def partitions(self, topic: str) -> int:
+        if topic not in self._partitions:
+            parts = await self.producer.partitions_for(topic)
+            if not parts:
+                raise LedgerError(f"topic {topic} does not exist: run `gridledger dev up`")
+            self._partitions[topic] = len(parts)
+        return self._partitions[topic]
+
+    async def read_partitions(
+        self, topic: str, partitions: Iterable[int] | None = None, consumer_name: str = "reader"
+    ) -> AsyncIterator[LedgerRecord]:
+        """Every decodable record of ``topic`` from offset 0 up to the end as of the call."""
+        count = await self.partitions(topic)
+        tps = [TopicPartition(topic, p) for p in (partitions or range(count))]
+        consumer = self.consumer()
+        await consumer.start()
+        try:
+            consumer.assign(tps)
+            ends = await consumer.end_offsets(tps)
+            pending = {tp for tp in tps if ends[tp] > 0}
+            await consumer.seek_to_beginning(*tps)
+            while pending:
+                batch = await consumer.getmany(*pending, timeout_ms=1000, max_records=2000)
+                for tp, raws in batch.items():
+                    for raw in raws:
+                        if raw.offset < ends[tp]:
+                            record = await self.decode(raw, consumer_name)
+                            if record is not None:
+                                yield record
+                    if await consumer.position(tp) >= ends[tp]:
+                        pending.discard(tp)
+                if not batch:
+                    for tp in list(pending):
+                        if await consumer.position(tp) >= ends[tp]:
+                            pending.discard(tp)
+        finally:
+            await consumer.stop()
+
+    async def history(self, key: str, topic_suffix: str = "job-events") -> list[Event]:
+        """One job's (or node's) events on a topic, in order, read from its partition."""
+        topic = self.settings.topic(topic_suffix)
+        partition = partition_for(key, await self.partitions(topic))
+        return [
+            record.event
+            async for record in self.read_partitions(topic, [partition], "history")
+            if record.key == key and isinstance(record.value, Event)
+        ]
+
+    async def follow(
+        self,
+        topic_suffix: str,
+        *,
+        key: str | None = None,
+        from_beginning: bool = True,
+        consumer_name: str = "follower",
+    ) -> AsyncIterator[LedgerRecord]:
+        """Follow a topic live (without a group); with ``key``, only that key's partition."""
+        topic = self.settings.topic(topic_suffix)
+        count = await self.partitions(topic)
+        parts = [partition_for(key, count)] if key is not None else list(range(count))
+        tps = [TopicPartition(topic, p) for p in parts]
+        consumer = self.consumer()
+        await consumer.start()
+        try:
+            consumer.assign(tps)
+            if from_beginning:
+                await consumer.seek_to_beginning(*tps)
+            else:
+                await consumer.seek_to_end(*tps)
+            while True:
+                batch = await consumer.getmany(*tps, timeout_ms=200)
+                for raws in batch.values():
+                    for raw in raws:
+                        record = await self.decode(raw, consumer_name)
+                        if record is not None and (key is None or record.key == key):
+                            yield record
+        finally:
+            await consumer.stop()
