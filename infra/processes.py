@@ -66,13 +66,15 @@ def start_detached(
     args: Sequence[str],
     *,
     log_file: Path,
-    pid_file: Path,
+    pid_file: Path | None,
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
 ) -> int:
-    """Start ``args`` in a new session, output appended to ``log_file``; write its pid file."""
+    """Start ``args`` in a new session, output appended to ``log_file``; write its pid file.
+
+    ``pid_file=None`` for programs that write their own (``dockerd -p``).
+    """
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    pid_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
         process = subprocess.Popen(
             list(args),
@@ -83,7 +85,9 @@ def start_detached(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    pid_file.write_text(f"{process.pid}\n")
+    if pid_file is not None:
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        pid_file.write_text(f"{process.pid}\n")
     return process.pid
 
 

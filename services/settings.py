@@ -58,6 +58,42 @@ class Settings(BaseSettings):
     """JSON file {token: tenant}; default ``<home>/tokens.json`` written by ``dev up``."""
     docker_host: str = ""
     """Docker daemon address; empty means the environment's default (unix socket)."""
+    debian_mirror: str = "http://deb.debian.org/debian"
+    """Debian mirror debootstrap uses to build the local ``gridledger/python`` image."""
+    # ---- scheduler (issue 5)
+    scheduler_node_timeout_s: float = Field(
+        30.0, gt=0, description="a node silent (no NodeHeartbeat) this long is not placeable"
+    )
+    scheduler_dispatch_timeout_s: float = Field(
+        60.0, gt=0, description="time a node has to accept a scheduled attempt"
+    )
+    scheduler_tick_s: float = Field(0.25, gt=0, description="placement/deadline check period")
+    # ---- processors (issue 5)
+    processors_app_id: str = "gridledger-processors"
+    """Faust app id (= consumer group) prefix; the topic prefix and the processor set are added."""
+    watchdog_silence_s: float = Field(
+        30.0, gt=0, description="heartbeat silence after which an attempt is unresponsive"
+    )
+    watchdog_lost_after_s: float = Field(
+        60.0, gt=0, description="further silence after which an unresponsive attempt is lost"
+    )
+    watchdog_finishing_timeout_s: float = Field(
+        300.0, gt=0, description="time from ProcessExited to ComputeReleased before giving up"
+    )
+    watchdog_tick_s: float = Field(0.5, gt=0, description="deadline check period")
+
+    pg_schema: str = "gridledger"
+    """Postgres schema of the sink's read models (tests and replay use their own)."""
+    api_url: str = ""
+    """Base URL the CLI calls; empty means ``http://api_host:api_port``."""
+    api_max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    """Largest request body the API reads; larger bodies get a 413."""
+    api_submit_visible_s: float = Field(3.0, ge=0)
+    """How long ``POST /v1/jobs`` waits for the sink to record the job (read-your-writes)."""
+    log_follow_grace_s: float = Field(2.0, ge=0)
+    """After a followed job turns terminal, keep streaming late log chunks this long."""
+    sink_batch_max: int = Field(500, ge=1)
+    """Records the sink applies per Postgres transaction."""
 
     def topic(self, name: str) -> str:
         """Full topic name for a suffix from :data:`TOPIC_NAMES`."""

@@ -1,0 +1,15 @@
+# One image for every gridledger service (api, scheduler, processors, sink, agent).
+# The command picks the service: `gridledger api`, `gridledger agent ...`, etc.
+FROM python:3.11-slim-bookworm
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 GRIDLEDGER_HOME=/var/lib/gridledger
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY schemas ./schemas
+COPY projections ./projections
+COPY services ./services
+COPY infra ./infra
+COPY bench ./bench
+RUN pip install . && useradd --system --home /var/lib/gridledger gridledger \
+    && mkdir -p /var/lib/gridledger && chown gridledger /var/lib/gridledger
+USER gridledger
+ENTRYPOINT ["gridledger"]

@@ -1,0 +1,1 @@
+"""The ``gridledger`` command line; each command group lives in its own module."""

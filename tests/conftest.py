@@ -1,0 +1,70 @@
+"""Fixtures shared by every test package.
+
+- ``settings``: the settings every service on this machine uses (``load_settings()``).
+- ``topics``: a copy of them with a unique ``topic_prefix`` whose topics exist
+  for the test and are deleted afterwards, so tests never see each other's events.
+
+Tests marked ``integration`` need the local stack (``gridledger dev up``). When
+it is down they are skipped on a developer machine and fail in CI (``CI=true``),
+where a missing stack is a broken pipeline, not a reason to pass.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from infra.stack import probe
+from infra.topics import delete_topics, ensure_topics
+from services.settings import Settings, load_settings
+
+_stack_problems: list[str] | None = None
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def require_stack(settings: Settings) -> None:
+    """Skip (or in CI fail) the current test when the local stack does not answer."""
+    global _stack_problems
+    if _stack_problems is None:
+        _stack_problems = probe(settings)
+    if not _stack_problems:
+        return
+    message = (
+        "the local stack is down ("
+        + "; ".join(_stack_problems)
+        + f") for GRIDLEDGER_HOME={settings.home}; start it with `gridledger dev up`"
+    )
+    if in_ci():
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    """Settings of the local stack, as every service on this machine reads them."""
+    return load_settings()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("integration") is not None:
+        require_stack(load_settings())
+
+
+@pytest_asyncio.fixture
+async def topics(settings: Settings) -> AsyncIterator[Settings]:
+    """Settings with a fresh ``t-<uuid8>.`` topic prefix; its topics exist during the test."""
+    require_stack(settings)
+    isolated = settings.model_copy(update={"topic_prefix": f"t-{uuid.uuid4().hex[:8]}."})
+    await ensure_topics(isolated)
+    try:
+        yield isolated
+    finally:
+        await delete_topics(isolated)
