@@ -81,7 +81,7 @@ async def ensure_topics(settings: Settings, timeout: float = 30.0) -> dict[str, 
                     NewTopic(
                         name=spec.name,
                         num_partitions=spec.partitions,
-                        replication_factor=1,
+                        replication_factor=settings.topic_replication,
                         topic_configs=spec.configs,
                     )
                     for spec in missing

@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     topic_prefix: str = "gridledger."
     job_partitions: int = Field(6, ge=1, description="partitions of job-keyed topics")
     node_partitions: int = Field(6, ge=1, description="partitions of node-keyed topics")
+    topic_replication: int = Field(
+        1, ge=1, description="replication factor of new topics (3 on a multi-broker cluster)"
+    )
     pg_port: int = 55432
     pg_dsn: str = ""
     """Postgres DSN; empty means the local dev cluster on 127.0.0.1:``pg_port``."""

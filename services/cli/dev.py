@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from infra import stack
+from infra.topics import ensure_topics
 from infra.status import ComponentStatus
 from services.settings import Settings, load_settings
 
@@ -29,6 +30,12 @@ def register(subparsers: Any) -> None:
     status = commands.add_parser("status", help="state, address, pid and log of each component")
     status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(handler=run_status)
+    topics = commands.add_parser(
+        "topics",
+        help="create every gridledger topic on the configured broker (for deployments "
+        "whose Kafka is not started by dev up, e.g. docker-compose)",
+    )
+    topics.set_defaults(handler=run_topics)
 
 
 def _print(component: ComponentStatus) -> None:
@@ -68,3 +75,11 @@ def run_status(args: argparse.Namespace, settings: Settings | None = None) -> in
         for component in components:
             _print(component)
     return 0 if all(c.running for c in components) else 1
+
+
+def run_topics(args: argparse.Namespace, settings: Settings | None = None) -> int:
+    settings = settings or load_settings()
+    created = asyncio.run(ensure_topics(settings))
+    for name, partitions in sorted(created.items()):
+        print(f"{name}: {partitions} partitions")
+    return 0
