@@ -53,6 +53,8 @@ class OutputInfo(Record):
     path: str
     status: str
     """stored, missing or store_failed."""
+    attempt: int = 0
+    """The attempt that stored (or failed to store) it; a retry reports its outputs again."""
     uri: str = ""
     sha256: str = ""
     bytes: int = 0
@@ -63,7 +65,7 @@ class OutputInfo(Record):
 class AttemptView(Record):
     attempt: int
     status: str = "scheduled"
-    """scheduled, starting, running, finishing, lost_contact, ended."""
+    """scheduled, starting, running, finishing, lost, ended (released or never accepted)."""
     node_id: str = ""
     provider: str = ""
     region: str = ""
@@ -85,6 +87,18 @@ class AttemptView(Record):
     resume_from: CheckpointRef | None = None
     unresponsive_since: datetime | None = None
     lost_deadline: datetime | None = None
+    lost_at: datetime | None = None
+    last_heartbeat_at: datetime | None = None
+    """As reported by the watchdog (AttemptUnresponsive / AttemptLost)."""
+    image: str = ""
+    image_id: str = ""
+    image_error: str = ""
+    """not_found or registry_unreachable, with the registry's message."""
+    start_error: str = ""
+    """docker error kind and message when the container could not start."""
+    runtime_exceeded: bool = False
+    cancelled_at: datetime | None = None
+    release_reason: str = ""
     failure_class: str = ""
     attribution: str = ""
 
@@ -115,7 +129,15 @@ class JobView(Record):
     outputs: list[OutputInfo] = Field(default_factory=list)
     next_attempt_not_before: datetime | None = None
     resume_from: CheckpointRef | None = None
+    """The checkpoint the current (or next) attempt starts from: from AttemptScheduled
+    (a job submitted with ``spec.resume_from``) or RetryScheduled."""
     avoid_nodes: list[str] = Field(default_factory=list)
+    avoid_providers: list[str] = Field(default_factory=list)
+    reason: str = ""
+    """Why the job is where it is: the retry reason while retrying, the final reason once terminal."""
+    cancel_requested_at: datetime | None = None
+    status_before_lost_contact: str = ""
+    """The state lost_contact interrupted; AttemptResponsive returns to it."""
     anomalies: list[str] = Field(default_factory=list)
     """Events that did not fit the lifecycle; recorded, never raised."""
     applied_event_ids: list[str] = Field(default_factory=list)
@@ -136,6 +158,13 @@ class AttemptAccounting(Record):
     """Sum of the attempt's meter ticks, each tick index counted once."""
     tick_count: int = 0
     missing_ticks: list[int] = Field(default_factory=list)
+    """Tick indices below the highest one received that never arrived."""
+    final_tick_seen: bool = False
+    release_source: str = ""
+    """released (ComputeReleased), lost (AttemptLost: held until the last heartbeat),
+    open (still held: counted up to the latest event) or empty when never held."""
+    outcome: str = ""
+    """succeeded, failed, cancelled, lost, pending (no decision yet) or not_held."""
     attribution: str = ""
     failure_class: str = ""
     billable_gpu_seconds: float = 0.0

@@ -1,0 +1,221 @@
+"""Accounting: what each attempt held, what the meter saw, what is owed (design.md section 8).
+
+Two independent measures per attempt: the lifecycle (ComputeHeld to
+ComputeReleased, times the GPU count) and the meter (the agent's MeterTicks,
+each tick index counted once). The lifecycle is what is billed or credited; the
+meter checks it (``reconciled``).
+
+Durations are computed in whole microseconds (the events' resolution) and each
+attempt's GPU time goes entirely to one side, so ``billable + credited ==
+gpu_seconds`` holds exactly for every attempt.
+
+An attempt declared lost (AttemptLost) is counted until its last heartbeat, the
+last moment the node showed it still held the GPUs; it falls back to the
+AttemptLost time when no heartbeat was ever seen. The attempt is platform
+attributed, so this only sizes the credit; a late ComputeReleased from the lost
+node changes nothing here (the view records it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict
+
+from projections.history import first, is_clean_success, is_job_event, unique
+from projections.job_state import project
+from schemas.events import (
+    AttemptLost,
+    AttemptScheduled,
+    ComputeHeld,
+    ComputeReleased,
+    Event,
+    FailureClassified,
+    MeterTick,
+)
+from schemas.views import TERMINAL_STATUSES, AccountingRecord, AttemptAccounting
+
+POLICY_VERSION = "1"
+_US = timedelta(microseconds=1)
+
+
+class AccountingPolicy(BaseModel):
+    """Who pays for an attempt's GPU time. Version recorded in every record."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: str = POLICY_VERSION
+    default_tick_s: float = 60.0
+    """Reconciliation tolerance per GPU for an attempt with no meter tick at all."""
+
+    def billable(self, outcome: str, attribution: str, failure_class: str) -> bool:
+        """Successful and user-attributed attempts are billable; platform, capacity and
+        ``unknown`` failures are credited. An attempt still running (or ended but not
+        yet classified) counts as billable until its decision."""
+        if outcome in ("succeeded", "pending"):
+            return True
+        if outcome == "lost" or failure_class == "unknown":
+            return False
+        return attribution == "user"
+
+
+DEFAULT_POLICY = AccountingPolicy()
+
+
+def _as_of(events: Sequence[Event]) -> datetime | None:
+    return max((e.occurred_at for e in events), default=None)
+
+
+def _held(
+    history: Sequence[Event], n: int, as_of: datetime | None
+) -> tuple[datetime | None, datetime | None, str, int]:
+    """(held_from, released_at, release_source, held microseconds) of attempt ``n``."""
+    held = first(history, ComputeHeld, n)
+    if held is None:
+        return None, None, "", 0
+    end: datetime | None = None
+    source = "open"
+    for e in history:  # whichever came first: the release or the declaration of loss
+        if e.attempt != n:
+            continue
+        if isinstance(e, ComputeReleased):
+            end, source = e.occurred_at, "released"
+            break
+        if isinstance(e, AttemptLost):
+            end, source = e.last_heartbeat_at or e.occurred_at, "lost"
+            break
+    until = end if end is not None else as_of
+    held_us = max(0, (until - held.occurred_at) // _US) if until else 0
+    if end is not None:
+        end = max(end, held.occurred_at)
+    return held.occurred_at, end, source, held_us
+
+
+def _outcome(history: Sequence[Event], n: int, terminal: bool) -> tuple[str, str, str]:
+    """(outcome, attribution, failure_class) of attempt ``n``."""
+    if is_clean_success(history, n):
+        return "succeeded", "", ""
+    classified = first(history, FailureClassified, n)
+    lost = first(history, AttemptLost, n) is not None
+    if classified is not None:
+        if classified.failure_class == "cancelled":
+            outcome = "cancelled"
+        else:
+            outcome = "lost" if lost and classified.failure_class == "node_lost" else "failed"
+        return outcome, classified.attribution, classified.failure_class
+    if lost:
+        return "lost", "platform", "node_lost"
+    if terminal:  # ended with the job but never classified: nothing shows it was the user
+        return "failed", "platform", "unknown"
+    return "pending", "", ""
+
+
+def _attempt(
+    history: Sequence[Event],
+    ticks: list[MeterTick],
+    n: int,
+    terminal: bool,
+    as_of: datetime | None,
+    policy: AccountingPolicy,
+) -> tuple[AttemptAccounting, int, int, int]:
+    held = first(history, ComputeHeld, n)
+    scheduled = first(history, AttemptScheduled, n)
+    held_from, released_at, source, held_us = _held(history, n, as_of)
+    gpu_count = held.gpu_count if held else 0
+    gpu_us = held_us * gpu_count
+    outcome, attribution, failure_class = (
+        _outcome(history, n, terminal) if held else ("not_held", "", "")
+    )
+    billable = policy.billable(outcome, attribution, failure_class)
+    by_index: dict[int, MeterTick] = {}
+    for tick in ticks:
+        if tick.attempt == n:
+            by_index.setdefault(tick.tick_index, tick)
+    metered = math.fsum(t.gpu_seconds for t in by_index.values())
+    top = max(by_index, default=-1)
+    tolerance = max(
+        (t.interval_s * t.gpu_count for t in by_index.values()),
+        default=policy.default_tick_s * max(gpu_count, 1),
+    )
+    gpu_seconds = gpu_us / 1e6
+    record = AttemptAccounting(
+        attempt=n,
+        node_id=held.node_id if held else (scheduled.node_id if scheduled else ""),
+        held_from=held_from,
+        released_at=released_at,
+        held_seconds=held_us / 1e6,
+        gpu_count=gpu_count,
+        gpu_model=(held.gpu_model if held else "") or (scheduled.gpu_model if scheduled else ""),
+        gpu_seconds=gpu_seconds,
+        metered_gpu_seconds=metered,
+        tick_count=len(by_index),
+        missing_ticks=[i for i in range(top + 1) if i not in by_index],
+        final_tick_seen=any(t.final for t in by_index.values()),
+        release_source=source,
+        outcome=outcome,
+        attribution=attribution,
+        failure_class=failure_class,
+        billable_gpu_seconds=gpu_seconds if billable else 0.0,
+        credited_gpu_seconds=0.0 if billable else gpu_seconds,
+        reconciled=abs(gpu_seconds - metered) <= tolerance + 1e-6,
+    )
+    return record, held_us, gpu_us if billable else 0, 0 if billable else gpu_us
+
+
+def account(
+    history: Iterable[Event],
+    ticks: Iterable[MeterTick] = (),
+    policy: AccountingPolicy = DEFAULT_POLICY,
+) -> AccountingRecord:
+    """The job's accounting record as of its latest event.
+
+    Args:
+        history: the job's job-events (duplicates allowed; MeterTicks in it are used too).
+        ticks: the job's meter ticks (duplicates allowed; other jobs' ticks are ignored).
+        policy: who pays for what; its version is written into the record.
+
+    Returns:
+        One AttemptAccounting per attempt that was scheduled or held compute, and the
+        totals. ``final`` is True once the job is terminal and every attempt that held
+        compute released it or was declared lost. A job that never held compute owes
+        nothing.
+    """
+    events = [e for e in unique(history) if is_job_event(e)]
+    job_id = events[0].job_id if events else ""
+    all_ticks = [
+        t
+        for t in unique([*ticks, *(e for e in unique(history) if isinstance(e, MeterTick))])
+        if isinstance(t, MeterTick) and (not job_id or t.job_id == job_id)
+    ]
+    view = project(events) if events else None
+    status = view.status if view else "submitted"
+    terminal = status in TERMINAL_STATUSES
+    as_of = _as_of([*events, *all_ticks])
+    numbers = sorted(
+        {e.attempt for e in events if isinstance(e, AttemptScheduled | ComputeHeld)}
+        | {t.attempt for t in all_ticks}
+    )
+    attempts: list[AttemptAccounting] = []
+    held_us = gpu_us = billable_us = credited_us = 0
+    for n in numbers:
+        record, h, b, c = _attempt(events, all_ticks, n, terminal, as_of, policy)
+        attempts.append(record)
+        held_us, billable_us, credited_us = held_us + h, billable_us + b, credited_us + c
+        gpu_us += b + c
+    return AccountingRecord(
+        job_id=job_id or (all_ticks[0].job_id if all_ticks else ""),
+        tenant=view.tenant if view else "",
+        status=status,
+        final=terminal and all(a.release_source != "open" for a in attempts),
+        policy_version=policy.version,
+        attempts=attempts,
+        held_seconds=held_us / 1e6,
+        gpu_seconds=gpu_us / 1e6,
+        metered_gpu_seconds=math.fsum(a.metered_gpu_seconds for a in attempts),
+        billable_gpu_seconds=billable_us / 1e6,
+        credited_gpu_seconds=credited_us / 1e6,
+        reconciled=all(a.reconciled for a in attempts),
+        updated_at=as_of,
+    )

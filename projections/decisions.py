@@ -1,0 +1,262 @@
+"""The decision step the live processors call, and its replay.
+
+``react(history, event)`` returns the events the classifier and the retry
+decider append in response to ``event``: FailureClassified when an attempt
+ended unsuccessfully, then (on that FailureClassified) RetryScheduled or the
+terminal event; JobSucceeded after a clean success; JobCancelled for a cancel
+while no compute is held. Derived events get deterministic ids
+(``derived_event_id(cause, processor)``) and the cause's ``occurred_at``, so a
+processor that crashes and re-processes its input appends exact duplicates
+that every fold drops, and a replay recomputes the same events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TypedDict
+
+from projections.evidence import ENDING_EVENTS, trigger_for
+from projections.failures import Classification, classify
+from projections.history import first, is_clean_success, is_job_event, of_type, unique
+from projections.job_state import project
+from projections.retry import DEFAULT_POLICY, RetryPolicy, decide
+from schemas.events import (
+    CancelRequested,
+    ComputeReleased,
+    Event,
+    FailureClassified,
+    JobCancelled,
+    JobFailed,
+    JobRejected,
+    JobSucceeded,
+    JobSucceededWithErrors,
+    NoCapacity,
+    RetryScheduled,
+    derived_event_id,
+)
+from schemas.views import TERMINAL_STATUSES, JobView
+
+CLASSIFIER = "classifier"
+DECIDER = "retry-decider"
+PROCESSORS = (CLASSIFIER, DECIDER)
+"""The ``producer`` of every derived event (no instance suffix: replay must reproduce it)."""
+
+
+class _Envelope(TypedDict):
+    event_id: str
+    job_id: str
+    attempt: int
+    occurred_at: datetime
+    producer: str
+    causation_id: str
+
+
+def _envelope(cause: Event, processor: str) -> _Envelope:
+    return _Envelope(
+        event_id=derived_event_id(cause.event_id, processor),
+        job_id=cause.job_id,
+        attempt=cause.attempt,
+        occurred_at=cause.occurred_at,
+        producer=processor,
+        causation_id=cause.event_id,
+    )
+
+
+def _view(history: Sequence[Event]) -> JobView | None:
+    events = [e for e in history if is_job_event(e)]
+    return project(events) if events else None
+
+
+def classifier_step(history: Sequence[Event], event: Event) -> list[Event]:
+    """What the classifier appends for ``event`` (history up to and including it)."""
+    if not isinstance(event, ENDING_EVENTS) or isinstance(event, JobRejected):
+        return []
+    view = _view(history)
+    n = event.attempt
+    if view is None or view.status in TERMINAL_STATUSES:
+        return []  # a late release from a lost node is recorded by the fold, not acted on
+    trigger = trigger_for(history, n)
+    if trigger is None or trigger.event_id != event.event_id:
+        return []  # once per attempt, on the event that ended it
+    if first(history, FailureClassified, n) is not None:
+        return []
+    if isinstance(event, NoCapacity):
+        if view.status not in ("submitted", "queued", "retrying") or n < view.attempt:
+            return []
+    elif n != view.attempt:
+        return []  # an earlier attempt's late end; its decision was made already
+    if isinstance(event, ComputeReleased) and is_clean_success(history, n):
+        return []
+    c = classify(history, n)
+    return [
+        FailureClassified(
+            **_envelope(event, CLASSIFIER),
+            failure_class=c.failure_class,
+            attribution=c.attribution,
+            retryable=c.retryable,
+            summary=c.summary,
+            advice=c.advice,
+            evidence=c.evidence,
+            rule_id=c.rule_id,
+            classifier_version=c.classifier_version,
+        )
+    ]
+
+
+def _decided(history: Sequence[Event], attempt: int) -> bool:
+    return any(isinstance(e, RetryScheduled) and e.attempt == attempt for e in history)
+
+
+def decider_step(
+    history: Sequence[Event], event: Event, policy: RetryPolicy = DEFAULT_POLICY
+) -> list[Event]:
+    """What the retry decider appends for ``event`` (history up to and including it)."""
+    view = _view(history)
+    if view is None or view.status in TERMINAL_STATUSES:
+        return []
+    envelope = _envelope(event, DECIDER)
+    if isinstance(event, CancelRequested):
+        if view.status not in ("submitted", "queued", "retrying"):
+            return []  # compute may be held: the agent stops it, the classifier follows
+        who = f" by {event.requested_by}" if event.requested_by else ""
+        summary = f"Cancelled{who} while {view.status}; no compute was held, nothing is owed."
+        return [JobCancelled(**envelope, summary=summary)]
+    if isinstance(event, ComputeReleased):
+        n, trigger = event.attempt, trigger_for(history, event.attempt)
+        if (
+            n == view.attempt
+            and trigger is not None
+            and trigger.event_id == event.event_id
+            and first(history, FailureClassified, n) is None
+            and is_clean_success(history, n)
+        ):
+            return [JobSucceeded(**envelope)]
+        return []
+    if not isinstance(event, FailureClassified):
+        return []
+    if of_type(history, FailureClassified, event.attempt)[0].event_id != event.event_id:
+        return []  # the attempt's first classification decides
+    if _decided(history, event.attempt):
+        return []
+    c = Classification(
+        failure_class=event.failure_class,
+        attribution=event.attribution,
+        retryable=event.retryable,
+        summary=event.summary,
+        advice=event.advice,
+        evidence=event.evidence,
+        rule_id=event.rule_id,
+        classifier_version=event.classifier_version,
+        attempt=event.attempt,
+        occurred_at=event.occurred_at,
+    )
+    d = decide(view, c, policy)
+    if d.action == "retry":
+        return [
+            RetryScheduled(
+                **envelope,
+                next_attempt=d.next_attempt or event.attempt + 1,
+                delay_s=d.delay_s,
+                not_before=d.not_before or event.occurred_at,
+                resume_from=d.resume_from,
+                avoid_nodes=d.avoid_nodes,
+                avoid_providers=d.avoid_providers,
+                reason=d.reason,
+            )
+        ]
+    if d.terminal == "JobCancelled":
+        return [JobCancelled(**envelope, summary=c.summary)]
+    if d.terminal == "JobSucceededWithErrors":
+        summary = f"{c.summary} {d.reason[:1].upper()}{d.reason[1:]}."
+        return [JobSucceededWithErrors(**envelope, summary=summary)]
+    return [
+        JobFailed(
+            **envelope,
+            failure_class=c.failure_class,
+            attribution=c.attribution,
+            summary=c.summary,
+            advice=c.advice,
+            reason=d.reason,
+        )
+    ]
+
+
+def react(
+    history: Sequence[Event], event: Event, policy: RetryPolicy = DEFAULT_POLICY
+) -> list[Event]:
+    """The events the classifier and the retry decider append now, in response to ``event``.
+
+    Args:
+        history: the job's history including ``event`` (duplicates allowed). Only
+            the history up to ``event``'s first occurrence is read, so a redelivered
+            event is judged as it was the first time.
+        event: the event just consumed.
+        policy: the retry policy.
+
+    Returns:
+        The derived events not already in ``history``: on a redelivery whose
+        results were appended before, nothing; otherwise the same events (same
+        ids) as the first time.
+    """
+    events = list(history)
+    ids = [e.event_id for e in events]
+    if event.event_id not in ids:
+        events.append(event)
+        ids.append(event.event_id)
+    prefix = unique(events[: ids.index(event.event_id) + 1])
+    derived = classifier_step(prefix, event) + decider_step(prefix, event, policy)
+    known = set(ids)
+    return [d for d in derived if d.event_id not in known]
+
+
+def react_all(events: Sequence[Event], policy: RetryPolicy = DEFAULT_POLICY) -> list[Event]:
+    """Replay a recorded history through :func:`react`, event by event.
+
+    Returns every derived event recomputed from the history as it stood when each
+    event was consumed. For a history the processors wrote correctly this equals
+    the derived events it holds (see :func:`verify`).
+    """
+    out: list[Event] = []
+    for i, event in enumerate(events):
+        out += react(events[: i + 1], event, policy)
+    return out
+
+
+def settle(facts: Sequence[Event], policy: RetryPolicy = DEFAULT_POLICY) -> list[Event]:
+    """The history the processors would write for these facts: each derived event is
+    appended right after its cause, and decisions on decisions follow at once."""
+    history: list[Event] = []
+    for fact in facts:
+        if fact.producer in PROCESSORS:
+            continue
+        pending = [fact]
+        history.append(fact)
+        while pending:
+            new = react(history, pending.pop(0), policy)
+            history += new
+            pending += new
+    return history
+
+
+def verify(events: Sequence[Event], policy: RetryPolicy = DEFAULT_POLICY) -> list[str]:
+    """Differences between the derived events in a history and the recomputed ones
+    (empty when the live decisions equal the replayed ones)."""
+    recorded = {e.event_id: e for e in unique(events) if e.producer in PROCESSORS}
+    recomputed = {e.event_id: e for e in react_all(events, policy)}
+    problems = [
+        f"missing {e.type} {i} (caused by {e.causation_id})"
+        for i, e in recomputed.items()
+        if i not in recorded
+    ]
+    problems += [
+        f"unexpected {e.type} {i} (caused by {e.causation_id})"
+        for i, e in recorded.items()
+        if i not in recomputed
+    ]
+    problems += [
+        f"{e.type} {i} differs from the recomputed one"
+        for i, e in recorded.items()
+        if i in recomputed and e != recomputed[i]
+    ]
+    return problems

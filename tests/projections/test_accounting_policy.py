@@ -1,0 +1,109 @@
+"""Accounting: lifecycle vs meter, who pays, and when a record is final."""
+
+from __future__ import annotations
+
+from projections.accounting import AccountingPolicy, account
+from schemas.events import JobFailed
+from tests.projections import scenarios
+from tests.projections.histories import JobHistory, job_spec
+
+
+def running(gpus: int = 1, **spec: object) -> JobHistory:
+    h = JobHistory(spec=job_spec(resources={"gpus": gpus}, **spec))
+    h.submit()
+    h.queue()
+    h.start(gpus=gpus)
+    return h
+
+
+def test_multi_gpu_time_is_held_seconds_times_gpus() -> None:
+    h = running(gpus=4)
+    h.wait(100).exit(0)
+    h.output()
+    h.release()
+    (a,) = account(h.events, h.ticks).attempts
+    assert (a.held_seconds, a.gpu_count, a.gpu_seconds) == (104.0, 4, 416.0)
+    assert a.metered_gpu_seconds == 416.0 and a.final_tick_seen and a.reconciled
+
+
+def test_duplicate_ticks_count_once() -> None:
+    h = scenarios.success()
+    assert account(h.events, h.ticks * 3) == account(h.events, h.ticks)
+
+
+def test_missing_ticks_are_named_and_break_reconciliation_beyond_one_tick() -> None:
+    h = scenarios.success()
+    one_gone = [t for t in h.ticks if t.tick_index != 3]
+    (a,) = account(h.events, one_gone).attempts
+    assert a.missing_ticks == [3] and a.reconciled  # within one tick
+    two_gone = [t for t in one_gone if t.tick_index != 4]
+    record = account(h.events, two_gone)
+    assert record.attempts[0].missing_ticks == [3, 4] and not record.reconciled
+
+
+def test_ticks_in_the_history_and_of_other_jobs() -> None:
+    h = scenarios.success()
+    other = scenarios.success()
+    foreign = [
+        t.model_copy(update={"job_id": "job-2", "event_id": t.event_id + "x"}) for t in other.ticks
+    ]
+    assert account([*h.events, *h.ticks], foreign) == account(h.events, h.ticks)
+
+
+def test_a_running_attempt_is_open_and_provisionally_billable() -> None:
+    h = running()
+    h.wait(124)
+    record = account(h.events, h.ticks)
+    (a,) = record.attempts
+    assert (a.release_source, a.outcome, a.released_at) == ("open", "pending", None)
+    assert a.held_seconds == 120.0  # up to the latest event or tick seen: no clock is read
+    latest_tick = max(t.occurred_at for t in h.ticks)
+    assert record.updated_at == latest_tick
+    assert not record.final and record.status == "running"
+
+
+def test_lost_attempt_counts_until_the_last_heartbeat() -> None:
+    h = scenarios.node_lost_then_resume()
+    lost = account(h.events, h.ticks).attempts[0]
+    view_lost = next(e for e in h.events if e.type == "AttemptLost")
+    assert lost.released_at == view_lost.last_heartbeat_at  # type: ignore[attr-defined]
+    assert lost.release_source == "lost" and not lost.final_tick_seen
+
+
+def test_terminal_with_compute_still_held_is_not_final_until_released() -> None:
+    h = running(retry={"max_attempts": 1})
+    h.wait(60).exit(0)
+    h.wait(300).finishing_timed_out()
+    record = account(h.events, h.ticks)
+    assert record.status == "failed" and not record.final
+    assert record.attempts[0].failure_class == "finishing_timeout"
+    h.wait(30).release()
+    record = account(h.events, h.ticks)
+    assert record.final
+    assert record.attempts[0].credited_gpu_seconds == record.attempts[0].gpu_seconds
+
+
+def test_an_unclassified_attempt_of_a_finished_job_is_credited() -> None:
+    h = JobHistory(live=False)
+    h.submit()
+    h.queue()
+    h.start()
+    h.wait(60).exit(1)
+    h.release()
+    h.emit(JobFailed, "retry-decider", failure_class="unknown")
+    (a,) = account(h.events, h.ticks).attempts
+    assert (a.outcome, a.failure_class, a.billable_gpu_seconds) == ("failed", "unknown", 0.0)
+
+
+def test_policy_version_is_recorded() -> None:
+    h = scenarios.success()
+    record = account(h.events, h.ticks, AccountingPolicy(version="2-test"))
+    assert record.policy_version == "2-test"
+
+
+def test_nothing_is_owed_without_compute() -> None:
+    for name in ("does_not_fit", "capacity_unavailable", "cancel_while_queued"):
+        h = scenarios.SCENARIOS[name]()
+        record = account(h.events, h.ticks)
+        assert record.final, name
+        assert record.gpu_seconds == record.billable_gpu_seconds == record.credited_gpu_seconds == 0

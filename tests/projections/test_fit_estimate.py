@@ -1,0 +1,103 @@
+"""Pre-flight fit: the VRAM estimate and the explanation with its numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from projections.fit import check_fit, estimate_vram_gb, gpu_model_matches
+from tests.projections.histories import fleet, job_spec
+
+
+def model_spec(params: float, dtype: str = "fp16", mode: str = "inference", gpus: int = 1):  # type: ignore[no-untyped-def]
+    return job_spec(
+        model={"params_billion": params, "dtype": dtype, "mode": mode},
+        resources={"gpus": gpus},
+    )
+
+
+@pytest.mark.parametrize(
+    ("params", "dtype", "mode", "gpus", "expected"),
+    [
+        (16, "fp16", "inference", 1, 38.4),
+        (7, "bf16", "training", 1, 56.0),
+        (7, "bf16", "training", 2, 28.0),
+        (70, "int4", "inference", 1, 42.0),
+        (8, "int8", "inference", 1, 9.6),
+        (1, "fp32", "training", 1, 16.0),
+    ],
+)
+def test_estimate(params: float, dtype: str, mode: str, gpus: int, expected: float) -> None:
+    assert estimate_vram_gb(model_spec(params, dtype, mode, gpus)) == pytest.approx(expected)
+
+
+def test_explicit_requirement_wins_and_is_split_across_gpus() -> None:
+    spec = job_spec(model={"params_billion": 70}, resources={"gpus": 2, "min_vram_gb": 30})
+    assert estimate_vram_gb(spec) == 15.0
+    assert estimate_vram_gb(job_spec()) == 0.0
+
+
+def test_does_not_fit_explains_with_numbers_and_suggests_more_gpus() -> None:
+    report = check_fit(model_spec(16), fleet(("a", "A10G", 4, 24), ("b", "A10G", 1, 24)))
+    assert not report.fits
+    assert report.explanation == (
+        "job needs ~38.4 GiB of GPU memory per GPU (16B params x 2 bytes fp16 x 1.2 "
+        "inference); the largest GPU in the fleet is A10G with 24 GiB — request 2 GPUs or a "
+        "smaller model"
+    )
+    assert (report.required_vram_gb, report.largest_gpu_vram_gb, report.largest_gpu_model) == (
+        38.4,
+        24.0,
+        "A10G",
+    )
+    assert report.max_gpus_per_node == 4 and report.gpus_requested == 1
+
+
+def test_no_node_with_enough_gpus_suggests_precision_or_smaller_model() -> None:
+    report = check_fit(model_spec(70, "fp16", "training"), fleet(("a", "A10G", 2, 24)))
+    assert not report.fits
+    assert "lower precision (int8/int4) or a smaller model" in report.explanation
+
+
+def test_fits_reports_the_numbers_too() -> None:
+    report = check_fit(model_spec(7), fleet(("a", "A10G", 1, 24), ("b", "A100-80GB", 8, 80)))
+    assert report.fits
+    assert report.explanation.startswith("job needs ~16.8 GiB of GPU memory per GPU (7B params")
+    assert "2 of 2 node(s) can hold it" in report.explanation
+
+
+def test_multi_gpu_basis_shows_the_split() -> None:
+    report = check_fit(model_spec(70, gpus=4), fleet(("b", "A100-80GB", 8, 80)))
+    assert report.fits and report.required_vram_gb == 42.0
+    assert report.estimate_basis == "70B params x 2 bytes fp16 x 1.2 inference / 4 GPUs"
+
+
+def test_too_many_gpus_for_any_node() -> None:
+    report = check_fit(model_spec(7, gpus=16), fleet(("b", "A100-80GB", 8, 80)))
+    assert not report.fits
+    assert "the most any node has is 8" in report.explanation
+
+
+def test_gpu_model_filter_applies() -> None:
+    spec = job_spec(resources={"gpus": 1, "gpu_models": ["H100"]})
+    report = check_fit(spec, fleet(("a", "A10G", 1, 24)))
+    assert not report.fits
+    assert "resources.gpu_models (H100)" in report.explanation and "A10G" in report.explanation
+
+
+def test_an_empty_fleet_proves_nothing() -> None:
+    report = check_fit(model_spec(16), [])
+    assert report.fits and "not checked" in report.explanation
+
+
+@pytest.mark.parametrize(
+    ("wanted", "model", "ok"),
+    [
+        ("A100-80GB", "NVIDIA A100-SXM4-80GB", True),
+        ("a100", "NVIDIA A100-PCIE-40GB", True),
+        ("A10", "NVIDIA A10G", False),
+        ("H100", "NVIDIA H100 80GB HBM3", True),
+        ("A100-80GB", "NVIDIA A100-PCIE-40GB", False),
+    ],
+)
+def test_gpu_model_matching(wanted: str, model: str, ok: bool) -> None:
+    assert gpu_model_matches(wanted, model) is ok
