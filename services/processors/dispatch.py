@@ -1,0 +1,84 @@
+"""Which job-events go to a node, as a pure function (the dispatch processor carries it out).
+
+``AttemptScheduled`` is copied as it is; ``CancelRequested`` is copied with the
+node of the job's current attempt filled in (and a derived id). An attempt
+the log already shows as accepted or ended, or whose dispatch deadline has
+passed, is not sent again: after a restart the processor re-reads old
+scheduling decisions and must not make a node start finished work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from projections.history import unique
+from schemas.events import (
+    TERMINAL_EVENTS,
+    AttemptAccepted,
+    AttemptLost,
+    AttemptScheduled,
+    CancelRequested,
+    ComputeReleased,
+    DispatchTimedOut,
+    Event,
+    derived_event_id,
+)
+
+PROCESSOR = "dispatch"
+
+_ENDED: tuple[type[Event], ...] = (ComputeReleased, AttemptLost, DispatchTimedOut, *TERMINAL_EVENTS)
+
+
+def _attempt_over(events: Sequence[Event], attempt: int) -> bool:
+    return any(
+        isinstance(e, _ENDED) and (e.attempt == attempt or isinstance(e, TERMINAL_EVENTS))
+        for e in events
+    )
+
+
+def commands_for(
+    history: Sequence[Event], known: Sequence[Event], event: Event, now: datetime
+) -> list[Event]:
+    """The node commands ``event`` leads to.
+
+    Args:
+        history: the job's events up to and including ``event``.
+        known: every event of the job the processor knows (may run ahead of ``event``).
+        event: the job-event being processed.
+        now: wall-clock time; late AttemptScheduled records are not sent.
+    """
+    prefix = unique(history)
+    if isinstance(event, AttemptScheduled):
+        everything = unique(known)
+        if now >= event.dispatch_deadline or _attempt_over(everything, event.attempt):
+            return []
+        if any(isinstance(e, AttemptAccepted) and e.attempt == event.attempt for e in everything):
+            return []
+        out: list[Event] = [event]
+        cancel = next((e for e in prefix if isinstance(e, CancelRequested)), None)
+        if cancel is not None:
+            # The job was cancelled before it was placed: the node must not run it either.
+            out.append(_routed(cancel, event))
+        return out
+    if isinstance(event, CancelRequested) and not event.node_id:
+        scheduled = [e for e in prefix if isinstance(e, AttemptScheduled)]
+        if not scheduled:
+            return []
+        current = max(scheduled, key=lambda e: e.attempt)
+        if _attempt_over(prefix, current.attempt):
+            return []
+        return [_routed(event, current)]
+    return []
+
+
+def _routed(cancel: CancelRequested, scheduled: AttemptScheduled) -> CancelRequested:
+    return cancel.model_copy(
+        update={
+            "event_id": derived_event_id(cancel.event_id, PROCESSOR, str(scheduled.attempt)),
+            "attempt": scheduled.attempt,
+            "node_id": scheduled.node_id,
+            "causation_id": cancel.event_id,
+            "producer": PROCESSOR,
+        }
+    )

@@ -1,0 +1,194 @@
+"""In-memory per-job history for the processors, rebuilt from the topics.
+
+The processors keep no faust tables (no changelog topics to create and
+restore). Instead, the first time a partition of the job-keyed topics is
+needed, the store reads that partition of ``job-events`` (and of
+``meter-ticks`` when accounting runs) from the beginning to its current end
+with a plain reader. Records a faust agent then consumes from its committed
+offset are added again, which is a no-op: events are kept once per
+``event_id``, at the offset where they first appeared.
+
+Because the rebuild reads to the end, a processor restarted after a crash
+knows which derived events it already appended and does not append them again;
+for the decisions themselves it folds only the *prefix* of the history up to
+the event being processed, so the answer is the one it would have given live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import math
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from aiokafka import TopicPartition
+
+from schemas import codec
+from schemas.errors import EventDecodeError
+from schemas.events import AttemptHeartbeat, Event, MeterTick
+from services.ledger import Ledger
+
+log = logging.getLogger(__name__)
+
+LOCAL = math.inf
+"""Offset of an event this process appended and has not read back yet."""
+
+
+@dataclass
+class JobLog:
+    """One job's job-events (each event once, by offset), meter ticks and last heartbeats."""
+
+    offsets: list[float] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    ids: dict[str, float] = field(default_factory=dict)
+    ticks: dict[tuple[int, int], MeterTick] = field(default_factory=dict)
+    heartbeats: dict[int, AttemptHeartbeat] = field(default_factory=dict)
+    """Latest heartbeat of each attempt."""
+
+    def add(self, offset: float, event: Event) -> bool:
+        """Keep ``event`` at ``offset`` unless its id is known; True when it was new."""
+        known = self.ids.get(event.event_id)
+        if known is not None:
+            if known == LOCAL and offset != LOCAL:
+                # Our own append came back: move it to where the log has it.
+                index = self._index_of(event.event_id)
+                del self.offsets[index], self.events[index]
+                self._insert(offset, event)
+            return False
+        self._insert(offset, event)
+        return True
+
+    def _insert(self, offset: float, event: Event) -> None:
+        index = bisect.bisect_right(self.offsets, offset)
+        self.offsets.insert(index, offset)
+        self.events.insert(index, event)
+        self.ids[event.event_id] = offset
+
+    def _index_of(self, event_id: str) -> int:
+        for index in range(len(self.events) - 1, -1, -1):
+            if self.events[index].event_id == event_id:
+                return index
+        raise KeyError(event_id)
+
+    def prefix(self, offset: float) -> list[Event]:
+        """Events read at or before ``offset``: the history as of that record."""
+        return self.events[: bisect.bisect_right(self.offsets, offset)]
+
+    def between(self, after: float, upto: float) -> list[Event]:
+        """Events read after offset ``after`` and at or before ``upto``."""
+        lo = bisect.bisect_right(self.offsets, after)
+        return self.events[lo : bisect.bisect_right(self.offsets, upto)]
+
+    def read(self) -> list[Event]:
+        """Every known event, including this process's not yet read back appends."""
+        return list(self.events)
+
+    def has(self, event_id: str) -> bool:
+        return event_id in self.ids
+
+
+class JobStore:
+    """Job logs by job id plus which partitions have been rebuilt."""
+
+    def __init__(self, ledger: Ledger, with_ticks: bool = False) -> None:
+        self.ledger = ledger
+        self.with_ticks = with_ticks
+        self.jobs: dict[str, JobLog] = {}
+        self.loaded_at: dict[int, datetime] = {}
+        """Partition -> when its rebuild finished (wall clock, for the watchdog's grace)."""
+        self._locks: dict[int, asyncio.Lock] = {}
+        self.on_job_changed: list[Callable[[str], None]] = []
+        """Called with a job id whenever a new job-event (or meter tick on rebuild) is known."""
+        self.on_heartbeat: list[Callable[[str], None]] = []
+        """Called with a job id when a newer heartbeat of one of its attempts arrives."""
+
+    def log(self, job_id: str) -> JobLog:
+        found = self.jobs.get(job_id)
+        if found is None:
+            found = self.jobs[job_id] = JobLog()
+        return found
+
+    async def ensure(self, partition: int, now: datetime) -> None:
+        """Rebuild ``partition`` of the job-keyed topics once (again after a revoke)."""
+        if partition in self.loaded_at:
+            return
+        lock = self._locks.setdefault(partition, asyncio.Lock())
+        async with lock:
+            if partition in self.loaded_at:
+                return
+            settings = self.ledger.settings
+            count = 0
+            changed: set[str] = set()
+            async for offset, event in self._read(settings.topic("job-events"), partition):
+                if self.log(event.job_id).add(offset, event):
+                    changed.add(event.job_id)
+                count += 1
+            if self.with_ticks:
+                async for _, event in self._read(settings.topic("meter-ticks"), partition):
+                    if isinstance(event, MeterTick):
+                        self.add_tick(event)
+                        changed.add(event.job_id)
+            self.loaded_at[partition] = now
+            log.info("rebuilt partition %d: %d job-events, %d jobs", partition, count, len(changed))
+            for job_id in changed:
+                for callback in self.on_job_changed:
+                    callback(job_id)
+
+    async def _read(self, topic: str, partition: int) -> AsyncIterator[tuple[int, Event]]:
+        """Every decodable event of one partition up to its end as of the call.
+
+        Unlike ``Ledger.read_partitions`` this does not dead-letter: the live agent
+        that consumes the record parks it once; a rebuild only skips it.
+        """
+        tp = TopicPartition(topic, partition)
+        consumer = self.ledger.consumer()
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            end = (await consumer.end_offsets([tp]))[tp]
+            await consumer.seek_to_beginning(tp)
+            while await consumer.position(tp) < end:
+                batch = await consumer.getmany(tp, timeout_ms=1000, max_records=5000)
+                for raw in batch.get(tp, []):
+                    if raw.offset >= end or raw.value is None:
+                        continue
+                    try:
+                        value = codec.decode(raw.value)
+                    except EventDecodeError:
+                        continue
+                    if isinstance(value, Event):
+                        yield raw.offset, value
+        finally:
+            await consumer.stop()
+
+    def forget_partition(self, partition: int) -> None:
+        """Called on revoke: rebuild it again if it comes back."""
+        self.loaded_at.pop(partition, None)
+
+    def add(self, job_id: str, offset: float, event: Event) -> bool:
+        new = self.log(job_id).add(offset, event)
+        if new:
+            for callback in self.on_job_changed:
+                callback(job_id)
+        return new
+
+    def add_tick(self, tick: MeterTick) -> bool:
+        ticks = self.log(tick.job_id).ticks
+        key = (tick.attempt, tick.tick_index)
+        if key in ticks:
+            return False
+        ticks[key] = tick
+        return True
+
+    def add_heartbeat(self, beat: AttemptHeartbeat) -> bool:
+        beats = self.log(beat.job_id).heartbeats
+        known = beats.get(beat.attempt)
+        if known is not None and (known.occurred_at, known.seq) >= (beat.occurred_at, beat.seq):
+            return False
+        beats[beat.attempt] = beat
+        for callback in self.on_heartbeat:
+            callback(beat.job_id)
+        return True

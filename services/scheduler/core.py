@@ -1,0 +1,370 @@
+"""The scheduler's state and decisions, without Kafka or the clock.
+
+:class:`SchedulerState` folds node-events and job-events (``observe``) and
+decides (``decide(now)``): pre-flight fit for new submissions, JobQueued for
+retries, placements, and NoCapacity at the queue deadline. Every decided event
+is observed immediately, so the next decision in the same pass sees its
+reservation, and reading it back from the topic later changes nothing.
+
+Decided events get ids derived from the event that caused them (JobSubmitted,
+RetryScheduled, JobQueued), so a restarted scheduler that re-decides the same
+thing produces a duplicate, which every fold drops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from schemas.events import (
+    TERMINAL_EVENTS,
+    AttemptLost,
+    AttemptScheduled,
+    CancelRequested,
+    CheckpointStored,
+    ComputeReleased,
+    DispatchTimedOut,
+    Event,
+    JobQueued,
+    JobRejected,
+    JobSubmitted,
+    NoCapacity,
+    NodeEvent,
+    RetryScheduled,
+    derived_event_id,
+)
+from schemas.spec import JobSpec
+from schemas.types import CheckpointRef, FitReport
+from services.scheduler.fleet import Fleet
+from services.scheduler.placement import Placement, PlacementRequest, place
+from services.scheduler.queue import PlacementQueue
+
+PROCESSOR = "scheduler"
+
+FitCheck = Callable[[JobSpec, Fleet], FitReport | None]
+"""Pre-flight fit of a spec against the fleet's inventory; None when the fleet is empty."""
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    node_timeout_s: float = 30.0
+    dispatch_timeout_s: float = 60.0
+    producer: str = "scheduler"
+
+
+@dataclass
+class JobEntry:
+    """What the scheduler knows about one job that is not terminal yet."""
+
+    job_id: str
+    tenant: str
+    spec: JobSpec
+    submitted: JobSubmitted
+    phase: str = "submitted"
+    """submitted, queued, scheduled, retry_pending, waiting (for the deciders), done."""
+    attempt: int = 0
+    """The attempt being queued or placed."""
+    queued: JobQueued | None = None
+    not_before: datetime | None = None
+    resume_from: CheckpointRef | None = None
+    avoid_nodes: frozenset[str] = frozenset()
+    avoid_providers: frozenset[str] = frozenset()
+    vram_gb: float | None = None
+    """Per-GPU memory need from the fit report; None while the fleet was empty at submit."""
+    retry: RetryScheduled | None = None
+    cancelled: bool = False
+    scheduled_attempts: set[int] = field(default_factory=set)
+    ended_attempts: set[int] = field(default_factory=set)
+
+
+class SchedulerState:
+    """Fleet, jobs, queue and reservations; see the module docstring."""
+
+    def __init__(self, config: SchedulerConfig, fit_check: FitCheck) -> None:
+        self.config = config
+        self.fit_check = fit_check
+        self.fleet = Fleet()
+        self.jobs: dict[str, JobEntry] = {}
+        self.done: set[str] = set()
+        self.queue = PlacementQueue()
+        """Jobs waiting for placement."""
+        self.pending: dict[str, None] = {}
+        """Job ids with a decision to make outside the queue (pre-flight, retry queueing)."""
+        self.checkpoints: dict[str, CheckpointRef] = {}
+        """Latest stored checkpoint of every job (for ``spec.resume_from``)."""
+
+    # ----------------------------------------------------------------------- observe
+
+    def observe(self, event: Event) -> None:
+        """Fold one node- or job-event. Idempotent: duplicates and replays change nothing."""
+        if isinstance(event, NodeEvent):
+            self.fleet.apply(event)
+            return
+        if isinstance(event, CheckpointStored):
+            self.checkpoints[event.job_id] = CheckpointRef(
+                job_id=event.job_id,
+                attempt=event.attempt,
+                name=event.name,
+                uri=event.uri,
+                sha256=event.sha256,
+                bytes=event.bytes,
+                step=event.step,
+                stored_at=event.occurred_at,
+            )
+            return
+        job_id = event.job_id
+        if job_id in self.done:
+            return
+        if isinstance(event, JobSubmitted):
+            if job_id not in self.jobs:
+                self.jobs[job_id] = JobEntry(job_id, event.tenant, event.spec, event)
+                self.pending[job_id] = None
+            return
+        entry = self.jobs.get(job_id)
+        if entry is None:
+            return  # a job submitted before the topics' retention, or a foreign key
+        if isinstance(event, TERMINAL_EVENTS):
+            self._finish(entry)
+        elif isinstance(event, JobQueued):
+            self._on_queued(entry, event)
+        elif isinstance(event, AttemptScheduled):
+            self._on_scheduled(entry, event)
+        elif isinstance(event, ComputeReleased | AttemptLost | DispatchTimedOut):
+            entry.ended_attempts.add(event.attempt)
+            self.fleet.release((job_id, event.attempt))
+        elif isinstance(event, RetryScheduled):
+            if event.next_attempt > max(entry.scheduled_attempts, default=0) and (
+                entry.retry is None or event.next_attempt > entry.retry.next_attempt
+            ):
+                entry.retry = event
+                entry.phase = "retry_pending"
+                self.queue.remove(job_id)
+                self.pending[job_id] = None
+        elif isinstance(event, NoCapacity):
+            entry.phase = "waiting"
+            self.queue.remove(job_id)
+        elif isinstance(event, CancelRequested):
+            entry.cancelled = True
+            self.queue.remove(job_id)
+            self.pending.pop(job_id, None)
+
+    def _on_queued(self, entry: JobEntry, event: JobQueued) -> None:
+        attempt = max(1, event.attempt)
+        if attempt in entry.scheduled_attempts or (
+            entry.queued and entry.queued.attempt >= event.attempt
+        ):
+            return
+        self.pending.pop(entry.job_id, None)
+        entry.queued, entry.attempt, entry.phase = event, attempt, "queued"
+        retry = entry.retry if entry.retry and entry.retry.next_attempt == event.attempt else None
+        entry.not_before = retry.not_before if retry else None
+        entry.resume_from = retry.resume_from if retry else None
+        entry.avoid_nodes = frozenset(retry.avoid_nodes) if retry else frozenset()
+        entry.avoid_providers = frozenset(retry.avoid_providers) if retry else frozenset()
+        if not entry.cancelled:
+            request = self._request(entry) if entry.vram_gb is not None else None
+            self.queue.add(entry.job_id, event.queue_deadline, entry.not_before, request)
+
+    def _request(self, entry: JobEntry) -> PlacementRequest:
+        assert entry.vram_gb is not None
+        return PlacementRequest.for_spec(
+            entry.job_id,
+            entry.attempt,
+            entry.spec,
+            entry.vram_gb,
+            entry.avoid_nodes,
+            entry.avoid_providers,
+        )
+
+    def _on_scheduled(self, entry: JobEntry, event: AttemptScheduled) -> None:
+        if event.attempt in entry.scheduled_attempts:
+            return
+        entry.scheduled_attempts.add(event.attempt)
+        entry.phase, entry.attempt = "scheduled", event.attempt
+        self.queue.remove(entry.job_id)
+        if event.attempt not in entry.ended_attempts:
+            self.fleet.reserve(
+                (entry.job_id, event.attempt), event.node_id, tuple(event.gpu_indices)
+            )
+
+    def _finish(self, entry: JobEntry) -> None:
+        for attempt in entry.scheduled_attempts:
+            self.fleet.release((entry.job_id, attempt))
+        self.queue.remove(entry.job_id)
+        self.pending.pop(entry.job_id, None)
+        del self.jobs[entry.job_id]
+        self.done.add(entry.job_id)
+
+    # ----------------------------------------------------------------------- decide
+
+    def decide(self, now: datetime) -> list[Event]:
+        """Every decision due at ``now``; each is already observed when returned."""
+        out: list[Event] = []
+        for job_id in list(self.pending):
+            entry = self.jobs[job_id]
+            self.pending.pop(job_id, None)
+            decision: Event | None = None
+            if entry.cancelled:
+                continue  # the retry decider ends it (JobCancelled); nothing to queue
+            if entry.phase == "submitted":
+                decision = self._preflight(entry, now)
+            elif entry.phase == "retry_pending" and entry.retry is not None:
+                decision = self._requeue(entry, entry.retry, now)
+            if decision is not None:
+                out.append(decision)
+                self.observe(decision)
+        out.extend(self._place_queue(now))
+        return out
+
+    def _preflight(self, entry: JobEntry, now: datetime) -> Event:
+        submitted = entry.submitted
+        report = self.fit_check(entry.spec, self.fleet)
+        if report is not None and not report.fits:
+            return JobRejected(
+                event_id=derived_event_id(submitted.event_id, PROCESSOR),
+                job_id=entry.job_id,
+                attempt=0,
+                occurred_at=now,
+                producer=self.config.producer,
+                causation_id=submitted.event_id,
+                failure_class="does_not_fit",
+                summary=report.explanation,
+                advice=_fit_advice(report),
+                fit=report,
+            )
+        entry.vram_gb = report.required_vram_gb if report is not None else None
+        deadline = submitted.occurred_at + timedelta(seconds=entry.spec.limits.queue_timeout_s)
+        return JobQueued(
+            event_id=derived_event_id(submitted.event_id, PROCESSOR),
+            job_id=entry.job_id,
+            attempt=0,
+            occurred_at=now,
+            producer=self.config.producer,
+            causation_id=submitted.event_id,
+            queue_deadline=deadline,
+            reason="waiting for capacity"
+            if report is not None
+            else "waiting for capacity (no node registered yet; fit checked when one is)",
+        )
+
+    def _requeue(self, entry: JobEntry, retry: RetryScheduled, now: datetime) -> JobQueued:
+        start = max(retry.not_before, now)
+        return JobQueued(
+            event_id=derived_event_id(retry.event_id, PROCESSOR),
+            job_id=entry.job_id,
+            attempt=retry.next_attempt,
+            occurred_at=now,
+            producer=self.config.producer,
+            causation_id=retry.event_id,
+            queue_deadline=start + timedelta(seconds=entry.spec.limits.queue_timeout_s),
+            reason=f"retry of attempt {retry.attempt}: {retry.reason}".rstrip(": "),
+        )
+
+    def _place_queue(self, now: datetime) -> list[Event]:
+        out: list[Event] = []
+        for job_id in self.queue.expired(now):
+            entry = self.jobs[job_id]
+            assert entry.queued is not None
+            out.append(self._no_capacity(entry, entry.queued, now))
+            self.observe(out[-1])
+        self.queue.release_due(now)
+        for job_id in self.queue.unfitted():
+            entry = self.jobs[job_id]
+            assert entry.queued is not None
+            report = self.fit_check(entry.spec, self.fleet)
+            if report is None:
+                break  # still no node registered
+            if not report.fits:
+                out.append(self._late_reject(entry, entry.queued, report, now))
+                self.observe(out[-1])
+                continue
+            entry.vram_gb = report.required_vram_gb
+            self.queue.fitted(job_id, self._request(entry))
+        for job_id in self.queue.heads():
+            entry = self.jobs[job_id]
+            request = self.queue.request_of(job_id)
+            assert request is not None and entry.queued is not None
+            placement = place(self.fleet, request, now, self.config.node_timeout_s)
+            if placement is None:
+                self.queue.skip(job_id)
+                continue
+            out.append(self._scheduled(entry, entry.queued, placement, now))
+            self.observe(out[-1])
+        return out
+
+    def _scheduled(
+        self, entry: JobEntry, queued: JobQueued, placement: Placement, now: datetime
+    ) -> AttemptScheduled:
+        resume = entry.resume_from
+        if resume is None and entry.attempt == 1 and entry.spec.resume_from:
+            resume = self.checkpoints.get(entry.spec.resume_from)
+        return AttemptScheduled(
+            event_id=derived_event_id(queued.event_id, PROCESSOR),
+            job_id=entry.job_id,
+            attempt=entry.attempt,
+            occurred_at=now,
+            producer=self.config.producer,
+            causation_id=queued.event_id,
+            node_id=placement.node_id,
+            provider=placement.provider,
+            region=placement.region,
+            gpu_count=len(placement.gpu_indices),
+            gpu_model=placement.gpu_model,
+            gpu_indices=list(placement.gpu_indices),
+            dispatch_deadline=now + timedelta(seconds=self.config.dispatch_timeout_s),
+            spec=entry.spec,
+            tenant=entry.tenant,
+            resume_from=resume,
+        )
+
+    def _no_capacity(self, entry: JobEntry, queued: JobQueued, now: datetime) -> NoCapacity:
+        spec = entry.spec
+        need = f"{spec.resources.gpus} GPU(s)"
+        if entry.vram_gb:
+            need += f" with at least {entry.vram_gb:.1f} GiB each"
+        if spec.resources.gpu_models:
+            need += f" of {', '.join(spec.resources.gpu_models)}"
+        avoid = sorted(entry.avoid_nodes | set(spec.placement.avoid_nodes))
+        detail = f"no live node had {need} free before the queue deadline"
+        if avoid:
+            detail += f" (avoiding {', '.join(avoid)})"
+        return NoCapacity(
+            event_id=derived_event_id(queued.event_id, PROCESSOR, "no-capacity"),
+            job_id=entry.job_id,
+            attempt=queued.attempt,
+            occurred_at=now,
+            producer=self.config.producer,
+            causation_id=queued.event_id,
+            queued_since=queued.occurred_at,
+            queue_deadline=queued.queue_deadline,
+            detail=detail,
+        )
+
+    def _late_reject(
+        self, entry: JobEntry, queued: JobQueued, report: FitReport, now: datetime
+    ) -> JobRejected:
+        return JobRejected(
+            event_id=derived_event_id(queued.event_id, PROCESSOR, "reject"),
+            job_id=entry.job_id,
+            attempt=0,
+            occurred_at=now,
+            producer=self.config.producer,
+            causation_id=queued.event_id,
+            failure_class="does_not_fit",
+            summary=report.explanation,
+            advice=_fit_advice(report),
+            fit=report,
+        )
+
+
+def _fit_advice(report: FitReport) -> str:
+    """The part of the fit explanation that says what to change (after the dash)."""
+    _, dash, advice = report.explanation.partition(" — ")
+    if dash:
+        return advice
+    return (
+        f"the job needs ~{report.required_vram_gb:g} GiB on each of {report.gpus_requested} "
+        f"GPU(s); the largest GPU in the fleet ({report.largest_gpu_model or 'none'}) has "
+        f"{report.largest_gpu_vram_gb:g} GiB - use fewer/smaller resources or a smaller model"
+    )

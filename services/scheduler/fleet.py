@@ -1,0 +1,170 @@
+"""The fleet's capacity as the scheduler sees it, folded from node-events.
+
+A node is known from its ``NodeRegistered`` (inventory, provider, region),
+kept fresh by ``NodeHeartbeat`` (free GPU indices, ``occurred_at`` = last seen)
+and removed from placement by ``NodeDrained``. The scheduler's own
+reservations (attempts it placed whose compute is not released yet) are
+subtracted from what a node reports free, so two attempts are never placed on
+the same GPU between a placement and the node's next heartbeat.
+
+Free GPUs are indexed by ``model -> free count -> nodes`` so a placement looks
+at a handful of buckets instead of every node (see :mod:`.placement`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from schemas.events import NodeDrained, NodeEvent, NodeHeartbeat, NodeRegistered
+from schemas.types import GpuDevice
+
+AttemptKey = tuple[str, int]
+"""(job_id, attempt)."""
+
+
+@dataclass
+class NodeState:
+    """One node: inventory, what it last reported free, and when it was last heard from."""
+
+    node_id: str
+    provider: str = ""
+    region: str = ""
+    gpus: dict[int, GpuDevice] = field(default_factory=dict)
+    reported_free: frozenset[int] | None = None
+    """Free indices from the last heartbeat; None until the first one (all free)."""
+    last_seen: datetime | None = None
+    drained: bool = False
+    registered: bool = False
+
+    by_model: dict[str, list[int]] = field(default_factory=dict)
+    """GPU indices by model name."""
+    vram_by_model: dict[str, float] = field(default_factory=dict)
+    """Memory of the smallest GPU of each model on this node, in GiB."""
+
+    def set_inventory(self, gpus: list[GpuDevice]) -> None:
+        self.gpus = {g.index: g for g in gpus}
+        self.by_model, self.vram_by_model = {}, {}
+        for index, gpu in sorted(self.gpus.items()):
+            self.by_model.setdefault(gpu.model, []).append(index)
+            vram = gpu.memory_total_mb / 1024
+            self.vram_by_model[gpu.model] = min(vram, self.vram_by_model.get(gpu.model, vram))
+
+    def vram_gb(self, model: str) -> float:
+        return self.vram_by_model.get(model, 0.0)
+
+    def alive(self, now: datetime, timeout_s: float) -> bool:
+        return self.last_seen is not None and now - self.last_seen <= timedelta(seconds=timeout_s)
+
+
+class Fleet:
+    """Nodes, reservations and the free-GPU index. Mutated only through its methods."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeState] = {}
+        self.reservations: dict[AttemptKey, tuple[str, tuple[int, ...]]] = {}
+        self._reserved_on: dict[str, dict[AttemptKey, tuple[int, ...]]] = {}
+        self.model_vram_gb: dict[str, float] = {}
+        """Smallest memory seen for each model across the fleet, in GiB."""
+        self.model_max_vram_gb: dict[str, float] = {}
+        """Largest memory seen for each model: a request above it skips the model at once."""
+        self._index: dict[str, dict[int, dict[str, None]]] = {}
+        self._indexed: dict[str, dict[str, int]] = {}
+        self._models_by_vram: list[str] | None = None
+        self.inventory_version = 0
+        """Bumped whenever what the fleet *could* hold changes (registration, drain)."""
+
+    # ----------------------------------------------------------------------- node events
+
+    def apply(self, event: NodeEvent) -> None:
+        """Fold one node event. Idempotent for repeated heartbeats and registrations."""
+        node = self.nodes.get(event.node_id)
+        if node is None:
+            node = self.nodes[event.node_id] = NodeState(event.node_id)
+        if isinstance(event, NodeRegistered | NodeDrained):
+            self.inventory_version += 1
+        if isinstance(event, NodeRegistered):
+            node.provider, node.region = event.provider, event.region
+            node.set_inventory(event.gpus)
+            node.registered, node.drained = True, False
+            node.reported_free = None
+            for gpu in event.gpus:
+                vram = gpu.memory_total_mb / 1024
+                if vram > self.model_max_vram_gb.get(gpu.model, 0.0):
+                    self.model_max_vram_gb[gpu.model] = vram
+                if vram < self.model_vram_gb.get(gpu.model, float("inf")):
+                    self.model_vram_gb[gpu.model] = vram
+                    self._models_by_vram = None
+        elif isinstance(event, NodeHeartbeat):
+            node.reported_free = frozenset(event.free_gpu_indices)
+        elif isinstance(event, NodeDrained):
+            node.drained = True
+        if node.last_seen is None or event.occurred_at > node.last_seen:
+            node.last_seen = event.occurred_at
+        self._reindex(node.node_id)
+
+    # ----------------------------------------------------------------------- reservations
+
+    def reserve(self, key: AttemptKey, node_id: str, indices: tuple[int, ...]) -> None:
+        """Hold ``indices`` on ``node_id`` for the attempt until :meth:`release`."""
+        if key in self.reservations:
+            return
+        self.reservations[key] = (node_id, indices)
+        self._reserved_on.setdefault(node_id, {})[key] = indices
+        self._reindex(node_id)
+
+    def release(self, key: AttemptKey) -> None:
+        held = self.reservations.pop(key, None)
+        if held is None:
+            return
+        node_id, _ = held
+        self._reserved_on.get(node_id, {}).pop(key, None)
+        self._reindex(node_id)
+
+    # ----------------------------------------------------------------------- queries
+
+    def free_indices(self, node_id: str, model: str | None = None) -> list[int]:
+        """Indices free on the node (reported free, not reserved), of ``model`` if given."""
+        node = self.nodes[node_id]
+        free = set(node.gpus) if node.reported_free is None else set(node.reported_free)
+        free &= set(node.gpus)
+        for indices in self._reserved_on.get(node_id, {}).values():
+            free.difference_update(indices)
+        return sorted(i for i in free if model is None or node.gpus[i].model == model)
+
+    def models_by_vram(self) -> list[str]:
+        """GPU models in the fleet, smallest memory first (then by name)."""
+        if self._models_by_vram is None:
+            self._models_by_vram = sorted(
+                self.model_vram_gb, key=lambda m: (self.model_vram_gb[m], m)
+            )
+        return self._models_by_vram
+
+    def buckets(self, model: str) -> dict[int, dict[str, None]]:
+        """``free count -> node ids`` (insertion ordered) for one model."""
+        return self._index.get(model, {})
+
+    def usable_nodes(self) -> list[NodeState]:
+        """Registered, not drained nodes: the inventory a job could ever run on."""
+        return [n for n in self.nodes.values() if n.registered and not n.drained]
+
+    # ----------------------------------------------------------------------- index
+
+    def _reindex(self, node_id: str) -> None:
+        node = self.nodes.get(node_id)
+        old = self._indexed.pop(node_id, {})
+        for model, count in old.items():
+            bucket = self._index.get(model, {}).get(count)
+            if bucket is not None:
+                bucket.pop(node_id, None)
+                if not bucket:
+                    del self._index[model][count]
+        if node is None or not node.registered or node.drained:
+            return
+        new: dict[str, int] = {}
+        free = self.free_indices(node_id)
+        for model, indices in node.by_model.items():
+            count = sum(1 for i in indices if i in free)
+            new[model] = count
+            self._index.setdefault(model, {}).setdefault(count, {})[node_id] = None
+        self._indexed[node_id] = new

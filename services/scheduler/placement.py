@@ -1,0 +1,148 @@
+"""Best-fit placement: a pure function of the fleet, the request and ``now``.
+
+Order of preference, in line with issue 5:
+
+1. the smallest adequate GPU model (least memory that still holds the job), so
+   big GPUs stay free for the jobs that need them;
+2. the job's provider, then region preferences (``spec.placement``), in order;
+3. the node with the fewest free GPUs of that model that still fits (packing),
+   then the order nodes entered the index (stable, so replays agree).
+
+Nodes silent past the node timeout, drained nodes and the nodes/providers a
+retry decision said to avoid are never chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from projections.fit import gpu_model_matches
+from schemas.spec import JobSpec
+from services.scheduler.fleet import Fleet, NodeState
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    """What one attempt needs and where it would rather (not) go."""
+
+    job_id: str
+    attempt: int
+    gpus: int
+    vram_gb: float = 0.0
+    """Memory needed on each GPU, in GiB (from the pre-flight fit report)."""
+    gpu_models: tuple[str, ...] = ()
+    providers: tuple[str, ...] = ()
+    regions: tuple[str, ...] = ()
+    avoid_nodes: frozenset[str] = frozenset()
+    avoid_providers: frozenset[str] = frozenset()
+
+    @classmethod
+    def for_spec(
+        cls,
+        job_id: str,
+        attempt: int,
+        spec: JobSpec,
+        vram_gb: float,
+        avoid_nodes: frozenset[str] = frozenset(),
+        avoid_providers: frozenset[str] = frozenset(),
+    ) -> PlacementRequest:
+        return cls(
+            job_id=job_id,
+            attempt=attempt,
+            gpus=spec.resources.gpus,
+            vram_gb=vram_gb,
+            gpu_models=tuple(spec.resources.gpu_models),
+            providers=tuple(spec.placement.providers),
+            regions=tuple(spec.placement.regions),
+            avoid_nodes=avoid_nodes | frozenset(spec.placement.avoid_nodes),
+            avoid_providers=avoid_providers,
+        )
+
+    @property
+    def feasibility_key(self) -> tuple[object, ...]:
+        """Requests with equal keys fit on exactly the same nodes (preferences aside)."""
+        return (self.gpus, self.vram_gb, self.gpu_models, self.avoid_nodes, self.avoid_providers)
+
+
+@dataclass(frozen=True)
+class Placement:
+    node_id: str
+    provider: str
+    region: str
+    gpu_model: str
+    gpu_indices: tuple[int, ...]
+
+
+def _rank(prefs: tuple[str, ...], value: str) -> int:
+    return prefs.index(value) if value in prefs else len(prefs)
+
+
+def _eligible(node: NodeState, request: PlacementRequest, now: datetime, timeout_s: float) -> bool:
+    return (
+        node.node_id not in request.avoid_nodes
+        and node.provider not in request.avoid_providers
+        and not node.drained
+        and node.alive(now, timeout_s)
+    )
+
+
+def place(
+    fleet: Fleet, request: PlacementRequest, now: datetime, node_timeout_s: float
+) -> Placement | None:
+    """The best node and GPU indices for ``request``, or None when nothing fits right now.
+
+    Reads ``fleet`` without changing it; the caller reserves the result.
+    """
+    if request.gpus == 0:
+        return _place_without_gpus(fleet, request, now, node_timeout_s)
+    for model in fleet.models_by_vram():
+        if request.gpu_models and not any(gpu_model_matches(w, model) for w in request.gpu_models):
+            continue
+        if fleet.model_max_vram_gb[model] < request.vram_gb:
+            continue
+        best: tuple[tuple[int, int, int], NodeState] | None = None
+        buckets = fleet.buckets(model)
+        for count in sorted(c for c in buckets if c >= request.gpus):
+            for node_id in buckets[count]:
+                node = fleet.nodes[node_id]
+                if not _eligible(node, request, now, node_timeout_s):
+                    continue
+                if node.vram_gb(model) < request.vram_gb:
+                    continue
+                key = (
+                    _rank(request.providers, node.provider),
+                    _rank(request.regions, node.region),
+                    count,
+                )
+                if best is None or key < best[0]:
+                    best = (key, node)
+                if key[0] == 0 and key[1] == 0:
+                    break  # buckets ascend by free count: nothing later can beat this one
+            if best is not None and best[0][0] == 0 and best[0][1] == 0:
+                break
+        if best is not None:
+            node = best[1]
+            indices = tuple(fleet.free_indices(node.node_id, model)[: request.gpus])
+            return Placement(node.node_id, node.provider, node.region, model, indices)
+    return None
+
+
+def _place_without_gpus(
+    fleet: Fleet, request: PlacementRequest, now: datetime, timeout_s: float
+) -> Placement | None:
+    """A CPU-only job: the preferred live node with the fewest free GPUs."""
+    candidates = [
+        (
+            _rank(request.providers, n.provider),
+            _rank(request.regions, n.region),
+            len(fleet.free_indices(n.node_id)),
+            n.node_id,
+        )
+        for n in fleet.nodes.values()
+        if n.registered and _eligible(n, request, now, timeout_s)
+    ]
+    if not candidates:
+        return None
+    node = fleet.nodes[min(candidates)[3]]
+    return Placement(node.node_id, node.provider, node.region, "", ())

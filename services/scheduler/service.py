@@ -1,0 +1,144 @@
+"""The scheduler service: rebuild from the topics, then follow them live and decide.
+
+One consumer is assigned every partition of ``node-events`` and ``job-events``
+(no consumer group: the scheduler owns placement for the whole fleet and keeps
+no offsets). On start it reads both topics from the beginning up to their end
+offsets, folding without deciding, so it never re-decides what the log already
+holds; then it decides on every batch and every ``scheduler_tick_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from datetime import UTC, datetime
+
+from aiokafka import TopicPartition
+
+from schemas.events import Event
+from services.ledger import Ledger
+from services.scheduler.core import SchedulerConfig, SchedulerState
+from services.scheduler.inventory import FitChecker
+from services.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Scheduler:
+    """Built by :func:`build_scheduler`; ``await run()`` until cancelled, or ``start``/``stop``."""
+
+    def __init__(self, settings: Settings, ledger: Ledger, state: SchedulerState) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.state = state
+        self.ready = asyncio.Event()
+        """Set once the state is rebuilt from the topics and live decisions started."""
+        self.placements = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> Scheduler:
+        await self.ledger.start()
+        self._task = asyncio.create_task(self.run(), name="scheduler")
+        return self
+
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        waiter = asyncio.ensure_future(self.ready.wait())
+        assert self._task is not None
+        done, _ = await asyncio.wait(
+            {waiter, self._task}, timeout=timeout, return_when="FIRST_COMPLETED"
+        )
+        if self._task in done:
+            waiter.cancel()
+            self._task.result()
+        if not self.ready.is_set():
+            raise TimeoutError("scheduler did not catch up with the topics in time")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.ledger.stop()
+
+    async def run(self) -> None:
+        topics = [self.settings.topic("node-events"), self.settings.topic("job-events")]
+        tps: list[TopicPartition] = []
+        for topic in topics:
+            count = await self.ledger.partitions(topic)
+            tps += [TopicPartition(topic, p) for p in range(count)]
+        consumer = self.ledger.consumer()
+        await consumer.start()
+        try:
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            ends = await consumer.end_offsets(tps)
+            # Node events first, so pre-flight fits of the backlog see the fleet.
+            await self._rebuild(consumer, [tp for tp in tps if tp.topic == topics[0]], ends)
+            await self._rebuild(consumer, [tp for tp in tps if tp.topic == topics[1]], ends)
+            log.info(
+                "scheduler rebuilt: %d nodes, %d open jobs, %d queued",
+                len(self.state.fleet.nodes),
+                len(self.state.jobs),
+                len(self.state.queue),
+            )
+            await self._decide()
+            self.ready.set()
+            tick = self.settings.scheduler_tick_s
+            next_tick = time.monotonic() + tick
+            while True:
+                timeout_ms = max(0, int((next_tick - time.monotonic()) * 1000))
+                batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=5000)
+                changed = await self._observe(batch)
+                if changed or time.monotonic() >= next_tick:
+                    await self._decide()
+                    next_tick = time.monotonic() + tick
+        finally:
+            await consumer.stop()
+
+    async def _rebuild(self, consumer, tps: list[TopicPartition], ends) -> None:  # type: ignore[no-untyped-def]
+        pending = {tp for tp in tps if ends[tp] > 0}
+        consumer.pause(*(set(consumer.assignment()) - pending))
+        try:
+            while pending:
+                batch = await consumer.getmany(*pending, timeout_ms=500, max_records=5000)
+                await self._observe(batch)
+                for tp in list(pending):
+                    if await consumer.position(tp) >= ends[tp]:
+                        pending.discard(tp)
+        finally:
+            consumer.resume(*consumer.assignment())
+
+    async def _observe(self, batch) -> bool:  # type: ignore[no-untyped-def]
+        seen = False
+        for raws in batch.values():
+            for raw in raws:
+                record = await self.ledger.decode(raw, "scheduler")
+                if record is not None and isinstance(record.value, Event):
+                    self.state.observe(record.value)
+                    seen = True
+        return seen
+
+    async def _decide(self) -> None:
+        events = self.state.decide(utcnow())
+        if events:
+            await self.ledger.append_many(events)
+            self.placements += sum(1 for e in events if e.type == "AttemptScheduled")
+
+
+def build_scheduler(settings: Settings) -> Scheduler:
+    """Composition root of the scheduler service."""
+    config = SchedulerConfig(
+        node_timeout_s=settings.scheduler_node_timeout_s,
+        dispatch_timeout_s=settings.scheduler_dispatch_timeout_s,
+        producer=f"scheduler/{socket.gethostname()}",
+    )
+    state = SchedulerState(config, FitChecker())
+    return Scheduler(settings, Ledger(settings, "scheduler"), state)

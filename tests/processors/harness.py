@@ -1,0 +1,133 @@
+"""Shared helpers of the processor and scheduler integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas.events import TERMINAL_EVENTS, Event, JobSubmitted
+from schemas.spec import JobSpec
+from services.ledger import Ledger
+from services.ledger.client import partition_for
+from services.processors import Processors, build_processors
+from services.scheduler import Scheduler, build_scheduler
+from services.settings import Settings
+
+FAST = {
+    "watchdog_silence_s": 2.0,
+    "watchdog_lost_after_s": 3.0,
+    "watchdog_finishing_timeout_s": 20.0,
+    "watchdog_tick_s": 0.2,
+    "scheduler_node_timeout_s": 5.0,
+    "scheduler_dispatch_timeout_s": 20.0,
+    "scheduler_tick_s": 0.1,
+    "processors_session_timeout_s": 6.0,
+    "processors_heartbeat_interval_s": 1.0,
+}
+"""Short thresholds so the integration tests finish in seconds."""
+
+
+def fast(topics: Settings) -> Settings:
+    """The test's settings with short deadlines and its own faust app id."""
+    return topics.model_copy(
+        update={**FAST, "processors_app_id": f"test-processors-{uuid.uuid4().hex[:6]}"}
+    )
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@asynccontextmanager
+async def services(
+    settings: Settings, processors: bool = True, scheduler: bool = True
+) -> AsyncIterator[tuple[Scheduler | None, Processors | None]]:
+    """The scheduler and every processor, in this process, for the test's topics."""
+    sched = build_scheduler(settings) if scheduler else None
+    procs = build_processors(settings) if processors else None
+    try:
+        if sched is not None:
+            await sched.start()
+        if procs is not None:
+            await procs.start()
+        if sched is not None:
+            await sched.wait_ready()
+        yield sched, procs
+    finally:
+        if procs is not None:
+            await procs.stop()
+        if sched is not None:
+            await sched.stop()
+
+
+def submitted(job_id: str | None = None, **spec: Any) -> JobSubmitted:
+    fields: dict[str, Any] = {"image": "gridledger/busybox:latest", "command": ["true"]}
+    fields.update(spec)
+    return JobSubmitted(
+        job_id=job_id or f"job-{uuid.uuid4().hex[:8]}",
+        occurred_at=utcnow(),
+        producer="api/test",
+        tenant="tenant-a",
+        spec=JobSpec(**fields),
+    )
+
+
+async def wait_history(
+    ledger: Ledger,
+    job_id: str,
+    done: Callable[[list[Event]], bool],
+    timeout: float = 30.0,
+    what: str = "condition",
+) -> list[Event]:
+    """Poll the job's history until ``done(history)``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        history = await ledger.history(job_id)
+        if done(history):
+            return history
+        if time.monotonic() > deadline:
+            types = [e.type for e in history]
+            raise AssertionError(f"timed out waiting for {what} of {job_id}; history: {types}")
+        await asyncio.sleep(0.2)
+
+
+def terminals(history: list[Event]) -> list[Event]:
+    """Terminal events, one per event id."""
+    seen: dict[str, Event] = {}
+    for e in history:
+        if isinstance(e, TERMINAL_EVENTS):
+            seen.setdefault(e.event_id, e)
+    return list(seen.values())
+
+
+async def wait_terminal(ledger: Ledger, job_id: str, timeout: float = 30.0) -> list[Event]:
+    return await wait_history(ledger, job_id, lambda h: bool(terminals(h)), timeout, "terminal")
+
+
+async def latest(ledger: Ledger, suffix: str, key: str) -> Any:
+    """The latest value published for ``key`` on a compacted topic, or None."""
+    topic = ledger.settings.topic(suffix)
+    partition = partition_for(key, await ledger.partitions(topic))
+    found = None
+    async for record in ledger.read_partitions(topic, [partition], "test"):
+        if record.key == key:
+            found = record.value
+    return found
+
+
+async def wait_latest(
+    ledger: Ledger, suffix: str, key: str, done: Callable[[Any], bool], timeout: float = 20.0
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await latest(ledger, suffix, key)
+        if value is not None and done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {suffix} of {key}; latest: {value!r}")
+        await asyncio.sleep(0.2)

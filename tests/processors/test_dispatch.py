@@ -1,0 +1,60 @@
+"""Routing of job-events to node-commands, as a pure function."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from schemas.events import (
+    AttemptAccepted,
+    AttemptScheduled,
+    CancelRequested,
+    ComputeReleased,
+    JobSubmitted,
+)
+from schemas.spec import JobSpec
+from services.processors.dispatch import commands_for
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+SUB = JobSubmitted(job_id="j", occurred_at=T0, tenant="t", spec=JobSpec(image="x"))
+
+
+def sched(attempt: int, node: str) -> AttemptScheduled:
+    return AttemptScheduled(
+        job_id="j",
+        attempt=attempt,
+        occurred_at=T0,
+        node_id=node,
+        gpu_count=1,
+        dispatch_deadline=T0 + timedelta(seconds=60),
+        spec=SUB.spec,
+    )
+
+
+def test_attempt_scheduled_is_copied_unless_late_accepted_or_over() -> None:
+    a1 = sched(1, "n1")
+    assert commands_for([SUB, a1], [SUB, a1], a1, T0) == [a1]
+    assert commands_for([SUB, a1], [SUB, a1], a1, T0 + timedelta(seconds=60)) == []
+    accepted = AttemptAccepted(job_id="j", attempt=1, occurred_at=T0, node_id="n1")
+    assert commands_for([SUB, a1], [SUB, a1, accepted], a1, T0) == []
+    released = ComputeReleased(job_id="j", attempt=1, occurred_at=T0, node_id="n1")
+    assert commands_for([SUB, a1], [SUB, a1, released], a1, T0) == []
+
+
+def test_cancel_goes_to_the_node_of_the_current_attempt() -> None:
+    a1, a2 = sched(1, "n1"), sched(2, "n2")
+    released = ComputeReleased(job_id="j", attempt=1, occurred_at=T0, node_id="n1")
+    cancel = CancelRequested(job_id="j", occurred_at=T0, requested_by="u")
+    history = [SUB, a1, released, a2, cancel]
+    (routed,) = commands_for(history, history, cancel, T0)
+    assert (routed.node_id, routed.attempt, routed.causation_id) == ("n2", 2, cancel.event_id)
+    assert routed.event_id != cancel.event_id
+    assert commands_for(history, history, cancel, T0)[0].event_id == routed.event_id
+    assert commands_for([SUB, cancel], [SUB, cancel], cancel, T0) == []
+
+
+def test_a_placement_after_a_cancel_carries_the_cancel_along() -> None:
+    cancel = CancelRequested(job_id="j", occurred_at=T0)
+    a1 = sched(1, "n1")
+    out = commands_for([SUB, cancel, a1], [SUB, cancel, a1], a1, T0)
+    assert [type(e) for e in out] == [AttemptScheduled, CancelRequested]
+    assert out[1].node_id == "n1"

@@ -1,0 +1,209 @@
+"""The scheduler's decisions over literal event lists (no Kafka, explicit ``now``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from schemas.events import (
+    AttemptLost,
+    AttemptScheduled,
+    CancelRequested,
+    CheckpointStored,
+    ComputeReleased,
+    JobFailed,
+    JobQueued,
+    JobRejected,
+    JobSubmitted,
+    NoCapacity,
+    NodeHeartbeat,
+    NodeRegistered,
+    RetryScheduled,
+)
+from schemas.spec import JobSpec
+from schemas.types import CheckpointRef, GpuDevice
+from services.scheduler.core import SchedulerConfig, SchedulerState
+from services.scheduler.inventory import check_fit_against
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def state() -> SchedulerState:
+    return SchedulerState(
+        SchedulerConfig(node_timeout_s=30, dispatch_timeout_s=60), check_fit_against
+    )
+
+
+def node(
+    node_id: str, count: int = 1, gb: int = 80, at: datetime = T0, **kw: str
+) -> NodeRegistered:
+    gpus = [GpuDevice(index=i, model="A100-80GB", memory_total_mb=gb * 1024) for i in range(count)]
+    return NodeRegistered(
+        node_id=node_id, occurred_at=at, inventory_source="declared", gpus=gpus, **kw
+    )
+
+
+def submit(job_id: str, at: datetime = T0, **spec: object) -> JobSubmitted:
+    fields: dict[str, object] = {"image": "gridledger/busybox:latest"}
+    fields.update(spec)
+    return JobSubmitted(job_id=job_id, occurred_at=at, tenant="t", spec=JobSpec(**fields))
+
+
+def run(s: SchedulerState, *events, now: datetime = T0):  # type: ignore[no-untyped-def]
+    for e in events:
+        s.observe(e)
+    return s.decide(now)
+
+
+def test_submission_is_queued_then_placed_with_a_dispatch_deadline() -> None:
+    s = state()
+    sub = submit("j1", limits={"queue_timeout_s": 100})
+    out = run(s, node("a"), sub)
+    queued, scheduled = out
+    assert isinstance(queued, JobQueued) and queued.attempt == 0
+    assert queued.queue_deadline == T0 + timedelta(seconds=100)
+    assert isinstance(scheduled, AttemptScheduled)
+    assert (scheduled.attempt, scheduled.node_id, scheduled.gpu_indices) == (1, "a", [0])
+    assert scheduled.dispatch_deadline == T0 + timedelta(seconds=60)
+    assert scheduled.causation_id == queued.event_id
+    assert run(s, sub, queued, scheduled) == []  # reading its own decisions back changes nothing
+
+
+def test_impossible_job_is_rejected_with_the_numbers_before_anything_is_held() -> None:
+    s = state()
+    out = run(s, node("a", gb=24), submit("big", model={"params_billion": 70, "dtype": "fp16"}))
+    assert len(out) == 1 and isinstance(out[0], JobRejected)
+    rejected = out[0]
+    assert rejected.failure_class == "does_not_fit" and rejected.fit is not None
+    assert rejected.fit.required_vram_gb == 168.0 and rejected.fit.largest_gpu_vram_gb == 24.0
+    assert "168" in rejected.summary and s.fleet.reservations == {}
+
+
+def test_empty_fleet_means_wait_not_reject() -> None:
+    s = state()
+    out = run(s, submit("j", model={"params_billion": 70}))
+    assert [type(e) for e in out] == [JobQueued]
+    later = T0 + timedelta(seconds=1)
+    # Once a node registers, the deferred fit check runs and rejects the impossible job.
+    out = run(s, node("a", gb=24, at=later), now=later)
+    assert [type(e) for e in out] == [JobRejected]
+
+
+def test_queue_deadline_without_capacity_is_no_capacity() -> None:
+    s = state()
+    busy = NodeHeartbeat(node_id="a", occurred_at=T0, seq=1, free_gpu_indices=[])
+    out = run(s, node("a"), busy, submit("j", limits={"queue_timeout_s": 5}))
+    assert [type(e) for e in out] == [JobQueued]
+    assert s.decide(T0 + timedelta(seconds=4)) == []
+    out = s.decide(T0 + timedelta(seconds=5))
+    assert [type(e) for e in out] == [NoCapacity]
+    assert out[0].queue_deadline == T0 + timedelta(seconds=5)
+    assert s.decide(T0 + timedelta(seconds=6)) == []
+
+
+def test_capacity_is_freed_on_release_and_the_next_job_placed() -> None:
+    s = state()
+    q1, a1 = run(s, node("a"), submit("j1"))
+    q2 = run(s, submit("j2"))
+    assert [type(e) for e in q2] == [JobQueued]
+    released = ComputeReleased(job_id="j1", attempt=1, node_id="a", occurred_at=T0)
+    out = run(s, released)
+    assert [type(e) for e in out] == [AttemptScheduled] and out[0].job_id == "j2"
+
+
+def test_retry_is_queued_after_not_before_on_another_node_with_the_checkpoint() -> None:
+    s = state()
+    _, first = run(
+        s,
+        node("a", provider="p1"),
+        node("b", provider="p2"),
+        submit("j", placement={"providers": ["p1"]}),
+    )
+    assert first.node_id == "a"
+    ckpt = CheckpointRef(job_id="j", attempt=1, name="c1", uri="file:///c1", sha256="x", bytes=1)
+    lost = AttemptLost(job_id="j", attempt=1, node_id="a", occurred_at=T0)
+    retry = RetryScheduled(
+        job_id="j",
+        attempt=1,
+        occurred_at=T0,
+        next_attempt=2,
+        delay_s=2,
+        not_before=T0 + timedelta(seconds=2),
+        resume_from=ckpt,
+        avoid_nodes=["a"],
+    )
+    out = run(s, lost, retry)
+    assert [type(e) for e in out] == [JobQueued] and out[0].attempt == 2
+    assert s.decide(T0 + timedelta(seconds=1)) == []
+    (placed,) = s.decide(T0 + timedelta(seconds=2))
+    assert (placed.attempt, placed.node_id, placed.resume_from) == (2, "b", ckpt)
+
+
+def test_spec_resume_from_resolves_the_latest_checkpoint_of_that_job() -> None:
+    s = state()
+    stored = [
+        CheckpointStored(
+            job_id="old",
+            attempt=1,
+            occurred_at=T0,
+            name=f"c{i}",
+            uri=f"file:///c{i}",
+            sha256="s",
+            bytes=1,
+        )
+        for i in range(2)
+    ]
+    _, placed = run(s, node("a"), *stored, submit("new", resume_from="old"))
+    assert placed.resume_from is not None and placed.resume_from.name == "c1"
+
+
+def test_cancelled_and_terminal_jobs_leave_the_queue_and_free_capacity() -> None:
+    s = state()
+    busy = NodeHeartbeat(node_id="a", occurred_at=T0, seq=1, free_gpu_indices=[])
+    run(s, node("a"), busy, submit("j"))
+    run(s, CancelRequested(job_id="j", occurred_at=T0))
+    assert len(s.queue) == 0
+    _, placed = run(
+        s, submit("k"), NodeHeartbeat(node_id="a", occurred_at=T0, seq=2, free_gpu_indices=[0])
+    )
+    assert placed.job_id == "k" and s.fleet.reservations
+    run(s, JobFailed(job_id="k", attempt=1, occurred_at=T0, failure_class="unknown"))
+    assert s.fleet.reservations == {} and "k" in s.done
+
+
+def test_a_replay_of_the_log_rebuilds_the_same_state_and_decides_nothing_new() -> None:
+    live = state()
+    log = [node("a", count=2), submit("j1"), submit("j2"), submit("j3")]
+    for e in log:
+        live.observe(e)
+    decided = live.decide(T0)
+    replayed = state()
+    for e in log + decided + log:  # with duplicates
+        replayed.observe(e)
+    assert replayed.decide(T0) == []
+    assert replayed.fleet.reservations == live.fleet.reservations
+    assert list(replayed.queue) == list(live.queue) == ["j3"]
+
+
+def test_an_unplaceable_kind_does_not_block_other_kinds_and_each_kind_is_fifo() -> None:
+    s = state()
+    out = run(
+        s,
+        node("a", count=2),
+        NodeHeartbeat(node_id="a", occurred_at=T0, seq=1, free_gpu_indices=[0]),
+        submit("big", resources={"gpus": 2}),
+        submit("small-1"),
+        submit("small-2"),
+    )
+    placed = [e.job_id for e in out if isinstance(e, AttemptScheduled)]
+    assert placed == ["small-1"]
+    assert list(s.queue) == ["big", "small-2"]
+
+
+def test_a_job_cancelled_before_its_preflight_or_retry_is_not_queued() -> None:
+    s = state()
+    sub = submit("j")
+    assert run(s, node("a"), sub, CancelRequested(job_id="j", occurred_at=T0)) == []
+    retry = RetryScheduled(
+        job_id="j", attempt=1, occurred_at=T0, next_attempt=2, delay_s=0, not_before=T0
+    )
+    assert run(s, retry) == []

@@ -1,0 +1,97 @@
+"""Best-fit placement and the fleet index, as pure functions over literal node events."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from schemas.events import NodeDrained, NodeHeartbeat, NodeRegistered
+from schemas.types import GpuDevice
+from services.scheduler.fleet import Fleet
+from services.scheduler.placement import PlacementRequest, place
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def register(fleet: Fleet, node: str, model: str, gb: int, count: int, **kw: str) -> None:
+    gpus = [GpuDevice(index=i, model=model, memory_total_mb=gb * 1024) for i in range(count)]
+    fleet.apply(
+        NodeRegistered(node_id=node, occurred_at=T0, inventory_source="declared", gpus=gpus, **kw)
+    )
+
+
+def request(gpus: int = 1, vram: float = 10.0, **kw: object) -> PlacementRequest:
+    return PlacementRequest(job_id="j", attempt=1, gpus=gpus, vram_gb=vram, **kw)  # type: ignore[arg-type]
+
+
+def test_smallest_adequate_gpu_first() -> None:
+    fleet = Fleet()
+    register(fleet, "big", "H100-80GB", 80, 8)
+    register(fleet, "small", "L4-24GB", 24, 4)
+    register(fleet, "tiny", "T4-16GB", 16, 4)
+    assert place(fleet, request(vram=20), T0, 30).node_id == "small"
+    assert place(fleet, request(vram=10), T0, 30).node_id == "tiny"
+    assert place(fleet, request(vram=40), T0, 30).node_id == "big"
+    assert place(fleet, request(vram=90), T0, 30) is None
+
+
+def test_packs_onto_the_node_with_fewest_free_gpus() -> None:
+    fleet = Fleet()
+    register(fleet, "a", "A10", 24, 4)
+    register(fleet, "b", "A10", 24, 4)
+    fleet.reserve(("x", 1), "b", (0, 1))
+    placement = place(fleet, request(gpus=2), T0, 30)
+    assert placement is not None
+    assert (placement.node_id, placement.gpu_indices) == ("b", (2, 3))
+    assert place(fleet, request(gpus=3), T0, 30).node_id == "a"
+
+
+def test_reservations_and_heartbeats_limit_free_gpus() -> None:
+    fleet = Fleet()
+    register(fleet, "a", "A10", 24, 2)
+    fleet.apply(NodeHeartbeat(node_id="a", occurred_at=T0, seq=1, free_gpu_indices=[1]))
+    assert place(fleet, request(), T0, 30).gpu_indices == (1,)
+    fleet.reserve(("x", 1), "a", (1,))
+    assert place(fleet, request(), T0, 30) is None
+    fleet.release(("x", 1))
+    assert place(fleet, request(), T0, 30).gpu_indices == (1,)
+
+
+def test_provider_and_region_preferences_after_gpu_size() -> None:
+    fleet = Fleet()
+    register(fleet, "a", "A10", 24, 1, provider="aws", region="eu")
+    register(fleet, "b", "A10", 24, 1, provider="gcp", region="us")
+    register(fleet, "c", "A10", 24, 1, provider="gcp", region="eu")
+    register(fleet, "d", "H100", 80, 1, provider="azure")
+    assert place(fleet, request(providers=("gcp",)), T0, 30).node_id == "b"
+    assert place(fleet, request(providers=("gcp",), regions=("eu",)), T0, 30).node_id == "c"
+    assert place(fleet, request(providers=("azure",)), T0, 30).node_id == "a"  # size wins
+
+
+def test_avoid_nodes_providers_silent_and_drained_nodes() -> None:
+    fleet = Fleet()
+    register(fleet, "a", "A10", 24, 1, provider="aws")
+    register(fleet, "b", "A10", 24, 1, provider="gcp")
+    assert place(fleet, request(avoid_nodes=frozenset({"a"})), T0, 30).node_id == "b"
+    assert place(fleet, request(avoid_providers=frozenset({"aws"})), T0, 30).node_id == "b"
+    fleet.apply(NodeDrained(node_id="b", occurred_at=T0))
+    assert place(fleet, request(avoid_nodes=frozenset({"a"})), T0, 30) is None
+    later = T0 + timedelta(seconds=31)
+    assert place(fleet, request(), later, 30) is None  # a went silent
+    fleet.apply(NodeHeartbeat(node_id="a", occurred_at=later, seq=2, free_gpu_indices=[0]))
+    assert place(fleet, request(), later, 30).node_id == "a"
+
+
+def test_gpu_models_use_the_fit_matcher() -> None:
+    fleet = Fleet()
+    register(fleet, "a", "NVIDIA A100-SXM4-80GB", 80, 1)
+    register(fleet, "b", "NVIDIA A10G", 24, 1)
+    assert place(fleet, request(gpu_models=("A100-80GB",)), T0, 30).node_id == "a"
+    assert place(fleet, request(gpu_models=("A10",)), T0, 30) is None
+
+
+def test_cpu_only_job_goes_to_the_node_with_fewest_free_gpus() -> None:
+    fleet = Fleet()
+    register(fleet, "a", "A10", 24, 4)
+    register(fleet, "b", "A10", 24, 1)
+    placement = place(fleet, request(gpus=0, vram=0), T0, 30)
+    assert placement is not None and placement.node_id == "b" and placement.gpu_indices == ()
