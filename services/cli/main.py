@@ -8,14 +8,30 @@ module and list it in :data:`COMMAND_GROUPS`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from schemas.errors import GridledgerError
 from services.cli import agent as agent_cli
+from services.cli import demo as demo_cli
 from services.cli import dev
+from services.cli import jobs as jobs_cli
+from services.cli import processors as processors_cli
+from services.cli import replay as replay_cli
+from services.cli import scheduler as scheduler_cli
+from services.cli import services as services_cli
 
-COMMAND_GROUPS = (dev,)
+COMMAND_GROUPS = (
+    demo_cli,
+    dev,
+    scheduler_cli,
+    processors_cli,
+    jobs_cli,
+    services_cli,
+    replay_cli,
+    agent_cli,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`gridledger status --json | head`): not an error of ours.
+        # Point stdout at devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,332 @@
+"""The HTTP API. ``build_app(settings, ledger, pool)`` is the composition root.
+
+Writes go to the ledger (JobSubmitted, CancelRequested, acks=all); reads come
+from the sink's Postgres read models, except live log following, which reads
+the job's log-chunks partition. A job of another tenant is a 404, like a job
+that does not exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import secrets
+import socket
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+from aiohttp import web
+from pydantic import ValidationError
+
+from schemas.events import CancelRequested, JobSubmitted, derived_event_id, new_event_id
+from schemas.views import JOB_STATUSES, TERMINAL_STATUSES
+from services.api import auth, problems, queries
+from services.api.logs import serve_logs
+from services.api.openapi import openapi_document
+from services.ledger.client import Ledger
+from services.settings import Settings
+
+SETTINGS = web.AppKey("settings", Settings)
+LEDGER = web.AppKey("ledger", Ledger)
+POOL = web.AppKey("pool", asyncpg.Pool)
+PRODUCER = web.AppKey("producer", str)
+
+
+def new_job_id() -> str:
+    return f"job-{secrets.token_hex(6)}"
+
+
+def not_found(job_id: str) -> web.HTTPNotFound:
+    return web.HTTPNotFound(
+        text=_json_text(
+            {
+                "error": "not_found",
+                "detail": f"no job {job_id} for this tenant; `gridledger status` lists yours "
+                "(GET /v1/jobs)",
+            }
+        ),
+        content_type="application/json",
+    )
+
+
+def _json_text(data: Any) -> str:
+    return json.dumps(data, default=str)
+
+
+def problem_response(status: int, items: list[problems.Problem], error: str) -> web.Response:
+    return web.json_response(
+        {"error": error, "problems": [p.to_json() for p in items]}, status=status
+    )
+
+
+def _tenant(request: web.Request) -> str:
+    return request[auth.TENANT_KEY]
+
+
+async def _own_job(request: web.Request) -> asyncpg.Record:
+    job_id = request.match_info["job_id"]
+    row = await queries.job_row(request.app[POOL], _tenant(request), job_id)
+    if row is None:
+        raise not_found(job_id)
+    return row
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+async def submit_job(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    limit = settings.api_max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        return _too_large(request.content_length, limit)
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _too_large(None, limit)
+    content_type = request.content_type
+    try:
+        spec = problems.spec_from(problems.parse_body(raw, content_type))
+    except problems.BodyError as exc:
+        return problem_response(exc.status, exc.problems, "invalid_body")
+    except ValidationError as exc:
+        return problem_response(422, problems.problems_of(exc), "invalid_spec")
+
+    tenant = _tenant(request)
+    job_id, event_id = new_job_id(), new_event_id()
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if key:
+        # A retried POST (same tenant, same key) names the same job and the same event,
+        # so the ledger's folds and the sink drop the repeat.
+        job_id = "job-" + hashlib.sha256(f"{tenant}\0{key}".encode()).hexdigest()[:12]
+        event_id = derived_event_id(f"{tenant}:{key}", "api-submit")
+        existing = await queries.job_row(request.app[POOL], tenant, job_id)
+        if existing is not None:
+            if json.loads(existing["view"]).get("spec") != spec.model_dump(mode="json"):
+                return web.json_response(
+                    {
+                        "error": "idempotency_key_reused",
+                        "detail": f"Idempotency-Key {key!r} was used for {job_id} with another "
+                        "spec; use a new key for a new job",
+                    },
+                    status=409,
+                )
+            body = {"job_id": job_id, "status": existing["status"], "recorded": True}
+            return web.json_response({**body, "links": queries.links(job_id)}, status=200)
+    event = JobSubmitted(
+        event_id=event_id,
+        job_id=job_id,
+        attempt=0,
+        occurred_at=datetime.now(UTC),
+        producer=request.app[PRODUCER],
+        tenant=tenant,
+        submitter=request.headers.get("X-Gridledger-Submitter", tenant)[:200],
+        spec=spec,
+    )
+    await request.app[LEDGER].append(event)
+    recorded = await _wait_recorded(request.app[POOL], job_id, settings.api_submit_visible_s)
+    body = {
+        "job_id": job_id,
+        "status": "submitted",
+        "event_id": event.event_id,
+        "recorded": recorded,
+        "links": queries.links(job_id),
+    }
+    return web.json_response(body, status=201, headers={"Location": f"/v1/jobs/{job_id}"})
+
+
+def _too_large(size: int | None, limit: int) -> web.Response:
+    got = f"{size} bytes" if size is not None else "larger than the limit"
+    return problem_response(
+        413,
+        [
+            problems.Problem(
+                "(body)",
+                f"the request body is {got}; the API accepts at most {limit} bytes",
+                "put large inputs (data, long commands) in the image or a mounted file, "
+                "not in the spec",
+            )
+        ],
+        "body_too_large",
+    )
+
+
+async def _wait_recorded(pool: asyncpg.Pool, job_id: str, timeout: float) -> bool:
+    """Give the sink a moment so an immediate GET finds the job (read-your-writes)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        if await queries.job_recorded(pool, job_id):
+            return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    statuses = [s for v in request.query.getall("status", []) for s in v.split(",") if s]
+    unknown = sorted(set(statuses) - set(JOB_STATUSES))
+    if unknown:
+        return problem_response(
+            422,
+            [
+                problems.Problem(
+                    "status",
+                    f"unknown status {', '.join(unknown)}",
+                    f"use one of {', '.join(JOB_STATUSES)}",
+                )
+            ],
+            "invalid_query",
+        )
+    try:
+        limit = min(max(int(request.query.get("limit", "50")), 1), 500)
+    except ValueError:
+        return problem_response(
+            422, [problems.Problem("limit", "not a number", "use 1..500")], "invalid_query"
+        )
+    jobs = await queries.list_jobs(
+        request.app[POOL], _tenant(request), statuses, limit, request.query.get("before")
+    )
+    return web.json_response({"jobs": jobs, "count": len(jobs)})
+
+
+async def get_job(request: web.Request) -> web.Response:
+    row = await _own_job(request)
+    record = await queries.accounting(request.app[POOL], row["job_id"])
+    return web.json_response(queries.job_document(row, record), dumps=_json_text)
+
+
+async def get_events(request: web.Request) -> web.Response:
+    row = await _own_job(request)
+    events = await queries.events(request.app[POOL], row["job_id"])
+    return web.json_response({"job_id": row["job_id"], "events": events}, dumps=_json_text)
+
+
+async def get_logs(request: web.Request) -> web.StreamResponse:
+    row = await _own_job(request)
+    query = request.query
+    try:
+        attempt = int(query["attempt"]) if "attempt" in query else None
+    except ValueError:
+        return problem_response(
+            422, [problems.Problem("attempt", "not a number", "use 1, 2, ...")], "invalid_query"
+        )
+    stream = query.get("stream")
+    if stream not in (None, "stdout", "stderr", "system"):
+        return problem_response(
+            422,
+            [problems.Problem("stream", f"unknown stream {stream}", "use stdout|stderr|system")],
+            "invalid_query",
+        )
+    ndjson = query.get("format") == "ndjson" or "application/x-ndjson" in request.headers.get(
+        "Accept", ""
+    )
+    return await serve_logs(
+        request,
+        settings=request.app[SETTINGS],
+        pool=request.app[POOL],
+        ledger=request.app[LEDGER],
+        job_id=row["job_id"],
+        attempt=attempt,
+        stream=stream,
+        ndjson=ndjson,
+        follow=query.get("follow", "").lower() in ("1", "true", "yes"),
+    )
+
+
+async def get_accounting(request: web.Request) -> web.Response:
+    row = await _own_job(request)
+    record = await queries.accounting(request.app[POOL], row["job_id"])
+    if record is None:
+        record = {"job_id": row["job_id"], "status": row["status"], "final": False, "attempts": []}
+    return web.json_response(record, dumps=_json_text)
+
+
+async def list_accounting(request: web.Request) -> web.Response:
+    records = await queries.tenant_accounting(request.app[POOL], _tenant(request), 1000)
+    return web.json_response({"records": records, "count": len(records)})
+
+
+async def cancel_job(request: web.Request) -> web.Response:
+    row = await _own_job(request)
+    if row["status"] in TERMINAL_STATUSES:
+        return web.json_response(
+            {
+                "error": "already_terminal",
+                "detail": f"job {row['job_id']} is already {row['status']}; nothing to cancel",
+                "status": row["status"],
+            },
+            status=409,
+        )
+    reason = ""
+    if request.can_read_body:
+        try:
+            reason = str((await request.json()).get("reason", ""))[:500]
+        except (ValueError, AttributeError):
+            reason = ""
+    event = CancelRequested(
+        job_id=row["job_id"],
+        attempt=row["attempt"],
+        occurred_at=datetime.now(UTC),
+        producer=request.app[PRODUCER],
+        requested_by=_tenant(request),
+        reason=reason,
+    )
+    await request.app[LEDGER].append(event)
+    return web.json_response(
+        {"job_id": row["job_id"], "cancel_requested": True, "event_id": event.event_id},
+        status=202,
+    )
+
+
+async def list_nodes(request: web.Request) -> web.Response:
+    return web.json_response({"nodes": await queries.nodes(request.app[POOL])}, dumps=_json_text)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    checks: dict[str, str] = {}
+    try:
+        await request.app[POOL].fetchval("SELECT 1")
+        checks["postgres"] = "ok"
+    except (OSError, asyncpg.PostgresError) as exc:
+        checks["postgres"] = f"error: {exc}"
+    try:
+        request.app[LEDGER].producer  # noqa: B018 - raises when the ledger is not started
+        checks["kafka"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - reported, not swallowed
+        checks["kafka"] = f"error: {exc}"
+    ok = all(v == "ok" for v in checks.values())
+    body = {"status": "ok" if ok else "degraded", **checks}
+    return web.json_response(body, status=200 if ok else 503)
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
+
+
+# --------------------------------------------------------------------------- composition root
+
+
+def build_app(settings: Settings, ledger: Ledger, pool: asyncpg.Pool) -> web.Application:
+    """The API application over a started ledger and a pool on the read-model schema."""
+    tokens = auth.Tokens(settings.tokens_path)
+    app = web.Application(
+        middlewares=[auth.middleware(tokens)], client_max_size=settings.api_max_body_bytes
+    )
+    app[SETTINGS] = settings
+    app[LEDGER] = ledger
+    app[POOL] = pool
+    app[PRODUCER] = f"api/{socket.gethostname()}"
+    app.router.add_post("/v1/jobs", submit_job)
+    app.router.add_get("/v1/jobs", list_jobs)
+    app.router.add_get("/v1/jobs/{job_id}", get_job)
+    app.router.add_get("/v1/jobs/{job_id}/events", get_events)
+    app.router.add_get("/v1/jobs/{job_id}/logs", get_logs)
+    app.router.add_get("/v1/jobs/{job_id}/accounting", get_accounting)
+    app.router.add_post("/v1/jobs/{job_id}/cancel", cancel_job)
+    app.router.add_get("/v1/accounting", list_accounting)
+    app.router.add_get("/v1/nodes", list_nodes)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/openapi.json", openapi)
+    return app

@@ -1,0 +1,36 @@
+"""Run the API (``gridledger api``): start the ledger and the pool, serve until interrupted."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from aiohttp import web
+
+from services.api.app import build_app
+from services.ledger.client import Ledger
+from services.settings import Settings
+from services.sink import db
+from services.sink.migrate import migrate_pool
+
+
+async def serve(settings: Settings) -> None:
+    pool = await db.create_pool(settings, max_size=10)
+    try:
+        await migrate_pool(pool, settings.pg_schema)
+        async with Ledger(settings, "api") as ledger:
+            runner = web.AppRunner(build_app(settings, ledger, pool))
+            await runner.setup()
+            site = web.TCPSite(runner, settings.api_host, settings.api_port)
+            await site.start()
+            print(f"gridledger API on http://{settings.api_host}:{settings.api_port}", flush=True)
+            stopping = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stopping.set)
+            try:
+                await stopping.wait()
+            finally:
+                await runner.cleanup()
+    finally:
+        await pool.close()

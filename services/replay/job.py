@@ -1,0 +1,95 @@
+"""``gridledger replay --job JOB``: one job's history rebuilt, and the decisions it implies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from projections import job_state
+from projections.history import unique
+from schemas.events import Event, MeterTick
+from schemas.views import AccountingRecord, JobView
+from services.ledger.client import Ledger
+from services.replay.decisions import DecisionDrift, drift_of, implied
+from services.sink.writer import account, default_policy
+
+
+@dataclass
+class JobReplay:
+    job_id: str
+    history: list[Event]
+    ticks: list[MeterTick]
+    view: JobView | None
+    accounting: AccountingRecord | None
+    implied: list[Event]
+    drift: list[DecisionDrift]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "history": [e.model_dump(mode="json") for e in self.history],
+            "view": self.view.model_dump(mode="json") if self.view else None,
+            "accounting": self.accounting.model_dump(mode="json") if self.accounting else None,
+            "implied_decisions": [e.model_dump(mode="json") for e in self.implied],
+            "drift": [d.line() for d in self.drift],
+        }
+
+    def lines(self) -> list[str]:
+        out = [f"{self.job_id}: {len(self.history)} events, {len(self.ticks)} meter ticks"]
+        previous = None
+        for event in self.history:
+            delta = (event.occurred_at - previous).total_seconds() if previous else 0.0
+            previous = event.occurred_at
+            out.append(
+                f"  {event.occurred_at.isoformat()}  +{delta:8.3f}s  a{event.attempt}  "
+                f"{event.type:<24} {event.producer}"
+            )
+        if self.view is not None:
+            v = self.view
+            out.append(f"rebuilt status: {v.status} (attempt {v.attempt}, {v.event_count} events)")
+            if v.failure:
+                f = v.failure
+                out.append(f"  failure: {f.failure_class} ({f.attribution}): {f.summary}")
+                out.append(f"  advice: {f.advice}")
+            for anomaly in v.anomalies:
+                out.append(f"  anomaly: {anomaly}")
+        if self.accounting is not None:
+            a = self.accounting
+            out.append(
+                f"accounting ({a.policy_version}): held {a.gpu_seconds:.1f} GPU-s, metered "
+                f"{a.metered_gpu_seconds:.1f}, billable {a.billable_gpu_seconds:.1f}, credited "
+                f"{a.credited_gpu_seconds:.1f}, final={a.final}, reconciled={a.reconciled}"
+            )
+        out.append("decisions the current rules imply:")
+        out += [
+            f"  a{e.attempt} {e.type} {_decision_detail(e)}".rstrip() for e in self.implied
+        ] or ["  (none)"]
+        if self.drift:
+            out.append("decision drift:")
+            out += [f"  {d.line()}" for d in self.drift]
+        else:
+            out.append("no decision drift: the recorded decisions are the implied ones")
+        return out
+
+
+def _decision_detail(event: Event) -> str:
+    fields = ("failure_class", "attribution", "retryable", "next_attempt", "delay_s", "reason")
+    data = event.model_dump()
+    return ", ".join(f"{k}={data[k]}" for k in fields if k in data and data[k] not in ("", None))
+
+
+async def replay_job(ledger: Ledger, job_id: str) -> JobReplay:
+    """Read the job's partitions from offset 0 and fold them with the pure core."""
+    history = await ledger.history(job_id)
+    ticks = [t for t in await ledger.history(job_id, "meter-ticks") if isinstance(t, MeterTick)]
+    view = job_state.project(history) if history else None
+    record = account(history, ticks, default_policy()) if history else None
+    return JobReplay(
+        job_id=job_id,
+        history=unique(history),
+        ticks=ticks,
+        view=view,
+        accounting=record,
+        implied=implied(history) if history else [],
+        drift=drift_of(job_id, history) if history else [],
+    )

@@ -1,0 +1,194 @@
+"""The sink's consumer loop: decode -> pure step -> rows + offsets in one transaction.
+
+Offsets live in Postgres (``consumer_offsets``), not in Kafka: on start the sink
+seeks every partition to the offset stored with the rows, so a crash between
+two batches (or in the middle of one) replays exactly what was not committed,
+and the idempotent writer makes a replayed record a no-op anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+from aiokafka import TopicPartition
+
+from services.ledger.client import Ledger, LedgerRecord
+from services.settings import Settings
+from services.sink import db
+from services.sink.migrate import migrate_pool
+from services.sink.writer import ReadModelWriter
+
+log = logging.getLogger(__name__)
+
+CONSUMER_NAME = "sink"
+
+
+async def stored_offsets(conn: asyncpg.Connection, consumer: str) -> dict[TopicPartition, int]:
+    """Next offset to read per partition, as committed with the rows."""
+    return {
+        TopicPartition(r["topic"], r["partition"]): r["next_offset"]
+        for r in await conn.fetch(
+            "SELECT topic, partition, next_offset FROM consumer_offsets WHERE consumer = $1",
+            consumer,
+        )
+    }
+
+
+async def store_offsets(
+    conn: asyncpg.Connection, consumer: str, offsets: dict[TopicPartition, int]
+) -> None:
+    await conn.executemany(
+        "INSERT INTO consumer_offsets (consumer, topic, partition, next_offset) "
+        "VALUES ($1, $2, $3, $4) ON CONFLICT (consumer, topic, partition) "
+        "DO UPDATE SET next_offset = EXCLUDED.next_offset",
+        [(consumer, tp.topic, tp.partition, off) for tp, off in sorted(offsets.items())],
+    )
+
+
+class Sink:
+    """Consumes the ledger's topics into the read models of one Postgres schema."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        ledger: Ledger,
+        pool: asyncpg.Pool,
+        *,
+        consumer_name: str = CONSUMER_NAME,
+        writer: ReadModelWriter | None = None,
+    ) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.pool = pool
+        self.consumer_name = consumer_name
+        self.writer = writer or ReadModelWriter(settings)
+        self.applied_batches = 0
+        self.positions: dict[TopicPartition, int] = {}
+        self._stopping = asyncio.Event()
+
+    async def partitions(self) -> list[TopicPartition]:
+        tps = []
+        for topic in self.writer.consumed_topics():
+            count = await self.ledger.partitions(topic)
+            tps += [TopicPartition(topic, p) for p in range(count)]
+        return tps
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the batch in flight."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Consume until :meth:`stop` (or cancellation, which rolls back the open batch).
+
+        Holds a session advisory lock for its consumer name and schema while it
+        runs: a second sink on the same tables refuses to start instead of
+        interleaving its folds with this one's.
+        """
+        async with self.pool.acquire() as lock_conn:
+            lock = f"sink:{self.settings.pg_schema}:{self.consumer_name}"
+            if not await lock_conn.fetchval("SELECT pg_try_advisory_lock(hashtext($1))", lock):
+                raise db.ReadModelError(
+                    f"another sink (consumer {self.consumer_name!r}) is already writing schema "
+                    f"{self.settings.pg_schema!r}; run one sink per schema"
+                )
+            try:
+                await self._consume()
+            finally:
+                await lock_conn.execute("SELECT pg_advisory_unlock(hashtext($1))", lock)
+
+    async def _consume(self) -> None:
+        tps = await self.partitions()
+        consumer = self.ledger.consumer()
+        await consumer.start()
+        try:
+            consumer.assign(tps)
+            async with self.pool.acquire() as conn:
+                stored = await stored_offsets(conn, self.consumer_name)
+            for tp in tps:
+                # Offset 0 rather than seek_to_beginning: no broker round trip, and a start
+                # already deleted by retention resets to the earliest (auto_offset_reset).
+                consumer.seek(tp, stored.get(tp, 0))
+            self.positions = dict(stored)
+            log.info("sink %s started on %d partitions", self.consumer_name, len(tps))
+            while not self._stopping.is_set():
+                batch = await consumer.getmany(
+                    timeout_ms=200, max_records=self.settings.sink_batch_max
+                )
+                raws = [raw for records in batch.values() for raw in records]
+                if raws:
+                    await self.apply_raw(raws)
+        finally:
+            await consumer.stop()
+
+    async def apply_raw(self, raws: Sequence[Any]) -> None:
+        """Decode a polled batch and commit its rows with its offsets."""
+        decoded: list[LedgerRecord] = []
+        offsets: dict[TopicPartition, int] = {}
+        for raw in raws:
+            record = await self.ledger.decode(raw, f"sink/{self.consumer_name}")
+            if record is not None:
+                decoded.append(record)
+            tp = TopicPartition(raw.topic, raw.partition)
+            offsets[tp] = max(offsets.get(tp, 0), raw.offset + 1)
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self.apply_records(conn, decoded)
+            await store_offsets(conn, self.consumer_name, offsets)
+        self.positions.update(offsets)
+        self.applied_batches += 1
+
+    async def apply_records(self, conn: asyncpg.Connection, records: list[LedgerRecord]) -> None:
+        """The pure step and its writes (a seam for tests that crash mid-batch)."""
+        await self.writer.apply(conn, records)
+
+    async def end_offsets(self) -> dict[TopicPartition, int]:
+        """The current end offset of every consumed partition."""
+        tps = await self.partitions()
+        consumer = self.ledger.consumer()
+        await consumer.start()
+        try:
+            return dict(await consumer.end_offsets(tps))
+        finally:
+            await consumer.stop()
+
+    async def wait_until(self, ends: dict[TopicPartition, int], timeout: float = 30.0) -> None:
+        """Wait until the offsets committed in Postgres reach ``ends`` (TimeoutError if not)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            async with self.pool.acquire() as conn:
+                stored = await stored_offsets(conn, self.consumer_name)
+            behind = {tp: end for tp, end in ends.items() if stored.get(tp, 0) < end}
+            if not behind:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"sink {self.consumer_name} still behind on {behind}")
+            await asyncio.sleep(0.05)
+
+    async def catch_up(self, timeout: float = 30.0) -> None:
+        """Wait until the sink has committed everything appended before the call."""
+        await self.wait_until(await self.end_offsets(), timeout)
+
+
+async def build_sink(settings: Settings, ledger: Ledger, pool: asyncpg.Pool, **kwargs: Any) -> Sink:
+    """Composition root: migrate the schema, then return the sink (not yet running)."""
+    await migrate_pool(pool, settings.pg_schema)
+    return Sink(settings, ledger, pool, **kwargs)
+
+
+async def serve(settings: Settings) -> None:
+    """Run the sink until cancelled (``gridledger sink``)."""
+    pool = await db.create_pool(settings)
+    try:
+        async with Ledger(settings, "sink") as ledger:
+            sink = await build_sink(settings, ledger, pool)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                # Finish the batch in flight, then stop: nothing is left half-applied.
+                loop.add_signal_handler(sig, sink.stop)
+            await sink.run()
+    finally:
+        await pool.close()

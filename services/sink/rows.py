@@ -1,0 +1,280 @@
+"""Pure conversions between the ledger's models and the read-model rows.
+
+No I/O here: the sink and the replay tool call these with what they read, so a
+rebuilt table is byte-for-byte what the live sink wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from schemas.events import (
+    EVENT_TYPES,
+    Event,
+    LogChunk,
+    MeterTick,
+    NodeDrained,
+    NodeEvent,
+    NodeHeartbeat,
+    NodeRegistered,
+)
+from schemas.views import TERMINAL_STATUSES, AccountingRecord, AttemptView, JobView
+
+Row = dict[str, Any]
+
+
+def dump(model: BaseModel, **kwargs: Any) -> str:
+    """JSON text for a jsonb column (asyncpg takes jsonb as text)."""
+    return json.dumps(model.model_dump(mode="json", **kwargs), sort_keys=True)
+
+
+def event_from_payload(type_name: str, payload: str | dict[str, Any]) -> Event:
+    """Rebuild an event stored as jsonb by :func:`job_event_row`."""
+    data = json.loads(payload) if isinstance(payload, str) else payload
+    return EVENT_TYPES[type_name].model_validate(data)
+
+
+def job_event_row(event: Event, seq: int) -> Row:
+    return {
+        "event_id": event.event_id,
+        "job_id": event.job_id,
+        "seq": seq,
+        "attempt": event.attempt,
+        "type": event.type,
+        "occurred_at": event.occurred_at,
+        "producer": event.producer,
+        "causation_id": event.causation_id,
+        "schema_version": event.schema_version,
+        "payload": dump(event),
+    }
+
+
+def job_row(view: JobView) -> Row:
+    failure = view.failure
+    spec = view.spec
+    return {
+        "job_id": view.job_id,
+        "tenant": view.tenant,
+        "name": view.name,
+        "status": view.status,
+        "terminal": view.status in TERMINAL_STATUSES,
+        "attempt": view.attempt,
+        "image": spec.image if spec else "",
+        "gpus": spec.resources.gpus if spec else 0,
+        "submitted_at": view.submitted_at,
+        "updated_at": view.updated_at,
+        "terminal_at": view.terminal_at,
+        "terminal_event": view.terminal_event,
+        "failure_class": failure.failure_class if failure else "",
+        "attribution": failure.attribution if failure else "",
+        "retryable": failure.retryable if failure else None,
+        "summary": failure.summary if failure else "",
+        "advice": failure.advice if failure else "",
+        "event_count": view.event_count,
+        "view": dump(view),
+    }
+
+
+def attempt_row(job_id: str, attempt: AttemptView) -> Row:
+    return {
+        "job_id": job_id,
+        "attempt": attempt.attempt,
+        "status": attempt.status,
+        "node_id": attempt.node_id,
+        "provider": attempt.provider,
+        "region": attempt.region,
+        "gpu_count": attempt.gpu_count,
+        "gpu_model": attempt.gpu_model,
+        "scheduled_at": attempt.scheduled_at,
+        "accepted_at": attempt.accepted_at,
+        "held_from": attempt.held_from,
+        "released_at": attempt.released_at,
+        "started_at": attempt.started_at,
+        "exited_at": attempt.exited_at,
+        "exit_code": attempt.exit_code,
+        "signal": attempt.signal,
+        "oom_killed": attempt.oom_killed,
+        "runtime_s": attempt.runtime_s,
+        "failure_class": attempt.failure_class,
+        "attribution": attempt.attribution,
+        "view": dump(attempt),
+    }
+
+
+def failure_row(view: JobView, event: Event) -> Row | None:
+    """The failure the view took on when ``event`` was applied (None without one)."""
+    failure = view.failure
+    if failure is None:
+        return None
+    return {
+        "event_id": event.event_id,
+        "job_id": view.job_id,
+        "attempt": failure.attempt,
+        "failure_class": failure.failure_class,
+        "attribution": failure.attribution,
+        "retryable": failure.retryable,
+        "summary": failure.summary,
+        "advice": failure.advice,
+        "rule_id": failure.rule_id,
+        "classifier_version": failure.classifier_version,
+        "evidence": dump(failure.evidence),
+        "occurred_at": event.occurred_at,
+    }
+
+
+def accounting_row(record: AccountingRecord) -> Row:
+    return {
+        "job_id": record.job_id,
+        "tenant": record.tenant,
+        "status": record.status,
+        "final": record.final,
+        "policy_version": record.policy_version,
+        "held_seconds": record.held_seconds,
+        "gpu_seconds": record.gpu_seconds,
+        "metered_gpu_seconds": record.metered_gpu_seconds,
+        "billable_gpu_seconds": record.billable_gpu_seconds,
+        "credited_gpu_seconds": record.credited_gpu_seconds,
+        "reconciled": record.reconciled,
+        "updated_at": record.updated_at,
+        "record": dump(record),
+    }
+
+
+def accounting_attempt_rows(record: AccountingRecord) -> list[Row]:
+    return [
+        {
+            "job_id": record.job_id,
+            "attempt": a.attempt,
+            "node_id": a.node_id,
+            "held_from": a.held_from,
+            "released_at": a.released_at,
+            "held_seconds": a.held_seconds,
+            "gpu_count": a.gpu_count,
+            "gpu_model": a.gpu_model,
+            "gpu_seconds": a.gpu_seconds,
+            "metered_gpu_seconds": a.metered_gpu_seconds,
+            "tick_count": a.tick_count,
+            "missing_ticks": list(a.missing_ticks),
+            "attribution": a.attribution,
+            "failure_class": a.failure_class,
+            "billable_gpu_seconds": a.billable_gpu_seconds,
+            "credited_gpu_seconds": a.credited_gpu_seconds,
+            "reconciled": a.reconciled,
+        }
+        for a in record.attempts
+    ]
+
+
+def log_chunk_row(chunk: LogChunk) -> Row:
+    return {
+        "job_id": chunk.job_id,
+        "attempt": chunk.attempt,
+        "stream": chunk.stream,
+        "seq": chunk.seq,
+        "event_id": chunk.event_id,
+        "first_line": chunk.first_line,
+        "line_count": chunk.line_count,
+        "data": chunk.data,
+        "truncated": chunk.truncated,
+        "occurred_at": chunk.occurred_at,
+    }
+
+
+def meter_tick_row(tick: MeterTick) -> Row:
+    return {
+        "job_id": tick.job_id,
+        "attempt": tick.attempt,
+        "tick_index": tick.tick_index,
+        "event_id": tick.event_id,
+        "node_id": tick.node_id,
+        "interval_start": tick.interval_start,
+        "interval_s": tick.interval_s,
+        "gpu_count": tick.gpu_count,
+        "gpu_model": tick.gpu_model,
+        "gpu_seconds": tick.gpu_seconds,
+        "final": tick.final,
+        "occurred_at": tick.occurred_at,
+        "payload": dump(tick),
+    }
+
+
+def node_event_row(event: NodeEvent, seq: int) -> Row:
+    return {
+        "event_id": event.event_id,
+        "node_id": event.node_id,
+        "seq": seq,
+        "type": event.type,
+        "occurred_at": event.occurred_at,
+        "payload": dump(event),
+    }
+
+
+def new_node_row(node_id: str) -> Row:
+    return {
+        "node_id": node_id,
+        "status": "unknown",
+        "provider": "",
+        "region": "",
+        "inventory_source": "",
+        "inventory_note": "",
+        "gpus": "[]",
+        "host_memory_mb": 0,
+        "agent_version": "",
+        "heartbeat_interval_s": 0.0,
+        "registered_at": None,
+        "last_heartbeat_at": None,
+        "last_heartbeat_seq": None,
+        "free_gpu_indices": [],
+        "running_attempts": [],
+        "gpu_usage": "[]",
+        "drained_at": None,
+        "drain_reason": "",
+    }
+
+
+def _json_list(items: list[Any]) -> str:
+    return json.dumps([i.model_dump(mode="json") for i in items], sort_keys=True)
+
+
+def evolve_node(row: Row, event: NodeEvent) -> Row:
+    """Fold one node event into a node row (a registration resets a drained node)."""
+    if isinstance(event, NodeRegistered):
+        return {
+            **row,
+            "status": "ready",
+            "provider": event.provider,
+            "region": event.region,
+            "inventory_source": event.inventory_source,
+            "inventory_note": event.inventory_note,
+            "gpus": _json_list(event.gpus),
+            "host_memory_mb": event.host_memory_mb,
+            "agent_version": event.agent_version,
+            "heartbeat_interval_s": event.heartbeat_interval_s,
+            "registered_at": event.occurred_at,
+            "drained_at": None,
+            "drain_reason": "",
+        }
+    if isinstance(event, NodeHeartbeat):
+        last_at = row["last_heartbeat_at"]
+        if last_at is not None and event.occurred_at <= last_at:
+            return row  # an older or repeated heartbeat: the newer one describes the node
+        return {
+            **row,
+            "status": row["status"] if row["status"] != "unknown" else "ready",
+            "last_heartbeat_at": event.occurred_at,
+            "last_heartbeat_seq": event.seq,
+            "free_gpu_indices": list(event.free_gpu_indices),
+            "running_attempts": list(event.running_attempts),
+            "gpu_usage": _json_list(event.gpus),
+        }
+    if isinstance(event, NodeDrained):
+        return {
+            **row,
+            "status": "drained",
+            "drained_at": event.occurred_at,
+            "drain_reason": event.reason,
+        }
+    return row

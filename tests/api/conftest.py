@@ -1,0 +1,64 @@
+"""Fixtures of the API tests: the app on its own topics and schema, with the sink in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
+
+from services.api.app import build_app
+from services.ledger import Ledger
+from services.settings import Settings
+from services.sink.consumer import Sink, build_sink
+from tests.sink.pg import private_schema
+
+DEV_TOKEN = "tok-dev"
+OTHER_TOKEN = "tok-other"
+
+
+@dataclass
+class Api:
+    settings: Settings
+    ledger: Ledger
+    pool: asyncpg.Pool
+    sink: Sink
+    client: TestClient
+
+    @staticmethod
+    def auth(token: str = DEV_TOKEN) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+
+def write_tokens(path: Path) -> Path:
+    path.write_text(json.dumps({DEV_TOKEN: "dev", OTHER_TOKEN: "other"}))
+    return path
+
+
+@pytest_asyncio.fixture
+async def api(topics: Settings, tmp_path: Path) -> AsyncIterator[Api]:
+    settings = topics.model_copy(
+        update={
+            "tokens_file": write_tokens(tmp_path / "tokens.json"),
+            "log_follow_grace_s": 0.5,
+        }
+    )
+    async with private_schema(settings) as (scoped, pool), Ledger(scoped, "test") as ledger:
+        sink = await build_sink(scoped, ledger, pool)
+        task = asyncio.create_task(sink.run())
+        client = TestClient(TestServer(build_app(scoped, ledger, pool)))
+        await client.start_server()
+        try:
+            yield Api(scoped, ledger, pool, sink, client)
+        finally:
+            await client.close()
+            sink.stop()
+            try:
+                await asyncio.wait_for(task, 10)
+            except TimeoutError:
+                task.cancel()
