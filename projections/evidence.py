@@ -201,6 +201,7 @@ def gather(history: Sequence[Event], attempt: int) -> Facts:
         put("command", " ".join(spec.command))
         put("command0", spec.command[0] if spec.command else "")
         put("memory_gb", number(spec.resources.memory_gb))
+        put("memory", gib(int(spec.resources.memory_gb * 1024**3)))
         put("gpus", spec.resources.gpus)
         put("gpu_models", ", ".join(spec.resources.gpu_models))
         put("max_runtime_s", spec.limits.max_runtime_s)

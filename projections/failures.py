@@ -172,7 +172,7 @@ RULES: tuple[Rule, ...] = (
     Rule("run.host_oom", "run", "host_out_of_memory", "user", False,
          "The container was killed for using more host memory (RAM) than its limit[ of "
          "{memory_limit}] (OOMKilled[, exit code {exit_code}]). This is RAM, not GPU memory.",
-         "Raise resources.memory_gb[ (now {memory_gb} GiB)] or use less RAM: fewer data-loader "
+         "Raise resources.memory_gb[ (now {memory})] or use less RAM: fewer data-loader "
          "workers, stream the dataset instead of loading it whole.",
          oom_killed=True),
     Rule("run.gpu_oom", "run", "gpu_out_of_memory", "user", False,
@@ -365,7 +365,7 @@ def _values(rule: Rule, f: Facts, matched: Sequence[str]) -> dict[str, str]:
         for line in reversed(lines):
             m = re.search(pattern, line) if pattern else None
             if m:
-                values.update({k: v for k, v in m.groupdict().items() if v})
+                values.update({k: _tidy(k, v) for k, v in m.groupdict().items() if v})
                 values.setdefault("line", line.strip())
                 break
     values.setdefault("why", values.get("message", ""))
@@ -434,3 +434,14 @@ def classify(history: Sequence[Event], attempt: int) -> Classification:
 def classify_rejection(event: JobRejected) -> Classification:
     """The classification of a JobRejected, for the job view (the API wrote the numbers)."""
     return classify([event], event.attempt)
+
+
+def _tidy(name: str, value: str) -> str:
+    """Quote a matched value the way a user wrote it.
+
+    Python resolves a relative script against the working directory, so in an
+    image whose WORKDIR is '/' it reports '//train.py' for 'train.py'.
+    """
+    if name == "path" and value.startswith("//"):
+        return "/" + value.lstrip("/")
+    return value
