@@ -1,0 +1,1 @@
+"""`gridledger demo`: a whole local installation running the failure modes users meet."""

@@ -1,0 +1,204 @@
+"""End to end through the API: real Kafka, Postgres, Docker, agents and every service.
+
+One module-scoped run of the demo's story (the same catalogue `gridledger demo`
+uses) on its own topics, Postgres schema and API port; each test then checks
+what a user sees for one job, and that ``replay --verify`` agrees afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from infra.services import settings_env
+from infra.topics import delete_topics, ensure_topics
+from services.demo.run import Demo, DemoResult, table
+from services.demo.scenarios import ALL_JOBS, NODE_LOST, DemoJob
+from services.settings import Settings, load_settings
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Run:
+    def __init__(self, settings: Settings, demo: Demo, result: DemoResult) -> None:
+        self.settings = settings
+        self.demo = demo
+        self.result = result
+
+    def doc(self, key: str) -> dict[str, Any]:
+        return self.result.jobs[key]
+
+    def accounting(self, key: str) -> dict[str, Any]:
+        return self.demo.client.get(f"/v1/jobs/{self.result.ids[key]}/accounting")
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, **settings_env(self.settings), "NO_COLOR": "1"}
+        return subprocess.run(
+            [sys.executable, "-m", "services.cli.main", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+
+@pytest.fixture(scope="module")
+def run() -> Iterator[Run]:
+    tag = uuid.uuid4().hex[:8]
+    settings = load_settings(
+        topic_prefix=f"e2e-{tag}.", pg_schema=f"e2e_{tag}", api_port=_free_port()
+    )
+    asyncio.run(ensure_topics(settings))
+    demo = Demo(settings, say=lambda line: print(line, flush=True), timeout_s=240)
+    try:
+        result = demo.run(keep_running=True)
+        print(table(result))
+        yield Run(settings, demo, result)
+    finally:
+        demo.services.stop()
+        asyncio.run(delete_topics(settings))
+        asyncio.run(_drop_schema(settings))
+
+
+async def _drop_schema(settings: Settings) -> None:
+    conn = await asyncpg.connect(settings.dsn)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("job", ALL_JOBS, ids=lambda j: j.key)
+def test_each_job_ends_as_the_user_expects(run: Run, job: DemoJob) -> None:
+    doc = run.doc(job.key)
+    expected = job.expected
+    failure = doc.get("failure") or {}
+    accounting = doc["accounting"]
+
+    assert doc["status"] == expected.status, (doc.get("failure"), doc.get("anomalies"))
+    assert accounting["final"] is True
+    assert len(doc["attempts"]) == expected.attempts
+    if expected.failure_class:
+        assert failure["failure_class"] == expected.failure_class
+        assert failure["attribution"] == expected.attribution
+        assert failure["summary"] and failure["advice"]
+        assert failure["evidence"]["rule_id"]
+    if expected.billed:
+        assert accounting["billable_gpu_seconds"] > 0
+    else:
+        assert accounting["billable_gpu_seconds"] == 0
+    if expected.credited:
+        assert accounting["credited_gpu_seconds"] > 0
+    else:
+        assert accounting["credited_gpu_seconds"] == 0
+    total = accounting["billable_gpu_seconds"] + accounting["credited_gpu_seconds"]
+    assert total == pytest.approx(accounting["gpu_seconds"], abs=1e-6)
+
+
+def test_jobs_rejected_or_never_placed_hold_nothing(run: Run) -> None:
+    for key in ("does-not-fit", "no-capacity"):
+        accounting = run.doc(key)["accounting"]
+        assert accounting["held_seconds"] == 0
+        assert accounting["gpu_seconds"] == 0
+    rejection = run.doc("does-not-fit")["failure"]
+    assert "GiB" in rejection["summary"] + rejection["advice"]
+
+
+def test_messages_quote_the_evidence(run: Run) -> None:
+    oom = run.doc("cuda-oom")["failure"]
+    assert "2.00 GiB" in oom["summary"]
+    assert "batch size" in oom["advice"]
+    assert any("CUDA out of memory" in line for line in oom["evidence"]["log_lines"])
+    assert "transformers" in run.doc("missing-module")["failure"]["summary"]
+    assert "train.py" in run.doc("missing-file")["failure"]["summary"]
+    assert "train-model" in (
+        run.doc("bad-entrypoint")["failure"]["summary"]
+        + " ".join(run.doc("bad-entrypoint")["failure"]["evidence"]["log_lines"])
+    )
+    host = run.doc("host-oom")["failure"]
+    assert host["evidence"]["oom_killed"] is True
+
+
+def test_successful_job_stored_checkpoints_outputs_and_streamed_its_logs(run: Run) -> None:
+    doc = run.doc("train-ok")
+    assert [c["name"] for c in doc["checkpoints"]] == [
+        "ckpt/step-1.pt",
+        "ckpt/step-2.pt",
+        "ckpt/step-3.pt",
+    ] or len(doc["checkpoints"]) == 3
+    assert all(len(c["sha256"]) == 64 for c in doc["checkpoints"])
+    assert [o["status"] for o in doc["outputs"]] == ["stored"]
+    assert "saved model.pt" in run.result.followed_lines
+    logs = run.cli("logs", run.result.ids["train-ok"])
+    assert logs.returncode == 0, logs.stderr
+    assert "step 1/3" in logs.stdout and "saved model.pt" in logs.stdout
+
+
+def test_node_lost_is_retried_elsewhere_from_the_checkpoint(run: Run) -> None:
+    doc = run.doc(NODE_LOST.key)
+    first, second = doc["attempts"]
+    assert first["node_id"] != second["node_id"]
+    assert first["failure_class"] == "node_lost"
+    assert second["resume_from"]["name"].endswith("step-1.pt")
+    lines = run.cli("logs", run.result.ids[NODE_LOST.key]).stdout
+    assert "resumed from" in lines and "finished" in lines
+
+    per_attempt = {a["attempt"]: a for a in run.accounting(NODE_LOST.key)["attempts"]}
+    assert per_attempt[1]["attribution"] == "platform"
+    assert per_attempt[1]["credited_gpu_seconds"] > 0
+    assert per_attempt[1]["billable_gpu_seconds"] == 0
+    assert per_attempt[2]["billable_gpu_seconds"] > 0
+    assert per_attempt[2]["credited_gpu_seconds"] == 0
+
+
+def test_cancel_releases_compute_and_bills_up_to_release(run: Run) -> None:
+    doc = run.doc("long-run")
+    attempt = doc["attempts"][0]
+    assert attempt["released_at"] is not None
+    per_attempt = run.accounting("long-run")["attempts"][0]
+    assert per_attempt["billable_gpu_seconds"] > 0
+    assert per_attempt["released_at"] is not None
+
+
+def test_explain_and_history_speak_plainly(run: Run) -> None:
+    explain = run.cli("explain", run.result.ids["cuda-oom"])
+    assert explain.returncode == 0, explain.stderr
+    assert "GPU memory" in explain.stdout and "user" in explain.stdout.lower()
+    history = run.cli("history", run.result.ids[NODE_LOST.key])
+    assert history.returncode == 0, history.stderr
+    for event in ("AttemptLost", "RetryScheduled", "JobSucceeded"):
+        assert event in history.stdout
+
+
+def test_every_job_has_exactly_one_terminal_event(run: Run) -> None:
+    terminal_types = {
+        "JobSucceeded",
+        "JobSucceededWithErrors",
+        "JobFailed",
+        "JobCancelled",
+        "JobRejected",
+    }
+    for key, job_id in run.result.ids.items():
+        events = run.demo.client.get(f"/v1/jobs/{job_id}/events")["events"]
+        terminals = [e["type"] for e in events if e["type"] in terminal_types]
+        assert len(terminals) == 1, (key, terminals)
+
+
+def test_replay_verify_agrees_with_the_live_ledger(run: Run) -> None:
+    verify = run.cli("replay", "--verify", "--catch-up", "60")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
