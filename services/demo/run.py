@@ -113,7 +113,7 @@ class Demo:
         """The node disappears: its agent dies and its containers with it."""
         self.services.kill(f"agent-{node_id}", signal.SIGKILL)
         subprocess.run(
-            f"docker ps -q --filter label=gridledger.node_id={node_id} | xargs -r docker kill",
+            f"docker ps -q --filter label=gridledger.node_id={node_id} | xargs -r docker rm -f",
             shell=True,
             check=False,
             capture_output=True,

@@ -1,0 +1,63 @@
+"""Composition root of the agent: build it from settings, run it until told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from services.agent.agent import Agent
+from services.agent.artifacts import ArtifactStore, FailingStore, FilesystemStore
+from services.agent.context import AgentContext
+from services.agent.inventory import discover
+from services.agent.journal import Journal
+from services.agent.publisher import LedgerPublisher
+from services.agent.runtime import DockerRuntime
+from services.agent.settings import AgentSettings
+from services.agent.spool import PublisherFactory, Spool
+from services.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def bootstrap(
+    settings: Settings,
+    agent: AgentSettings,
+    *,
+    runtime: DockerRuntime | None = None,
+    nvml: Any = None,
+    publisher_factory: PublisherFactory | None = None,
+    store: ArtifactStore | None = None,
+) -> Agent:
+    """Build an agent; tests pass fakes for any adapter (a publisher they can cut off ...)."""
+    home = settings.home
+    factory = publisher_factory or (
+        lambda lane: LedgerPublisher(settings, f"agent-{agent.node_id}-{lane}")
+    )
+    artifacts: ArtifactStore = store or FilesystemStore(home / "artifacts")
+    if agent.artifact_fail_glob:
+        log.warning(
+            "artifact paths matching %r will fail to store (test hook)", agent.artifact_fail_glob
+        )
+        artifacts = FailingStore(artifacts, agent.artifact_fail_glob)
+    ctx = AgentContext(
+        settings=settings,
+        agent=agent,
+        spool=Spool(agent.spool_dir(home), factory, agent.publish_timeout_s),
+        journal=Journal(agent.state_dir(home)),
+        runtime=runtime or DockerRuntime(settings.docker_host),
+        store=artifacts,
+        inventory=discover(agent.inventory_file, nvml),
+        executor=ThreadPoolExecutor(64, thread_name_prefix=f"agent-{agent.node_id}"),
+    )
+    return Agent(ctx)
+
+
+async def run_agent(settings: Settings, agent: AgentSettings, stop: asyncio.Event) -> None:
+    """Run an agent until ``stop`` is set, then shut it down cleanly."""
+    node = await bootstrap(settings, agent).start()
+    try:
+        await stop.wait()
+    finally:
+        await node.stop()
