@@ -84,6 +84,13 @@ class Settings(BaseSettings):
         300.0, gt=0, description="time from ProcessExited to ComputeReleased before giving up"
     )
     watchdog_tick_s: float = Field(0.5, gt=0, description="deadline check period")
+    processors_session_timeout_s: float = Field(
+        30.0,
+        ge=6,
+        description="consumer-group session timeout: how long a killed worker's partitions "
+        "wait before another worker takes them over",
+    )
+    processors_heartbeat_interval_s: float = Field(3.0, gt=0, description="group heartbeats")
 
     pg_schema: str = "gridledger"
     """Postgres schema of the sink's read models (tests and replay use their own)."""

@@ -17,10 +17,16 @@ def register(subparsers: Any) -> None:
         "covering the failure modes, follows one job's logs live and ends with a table read "
         "back from the API. Takes a few minutes on 2 cores.",
     )
+    parser.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="leave the services and agents running after the table (Ctrl-C stops them), "
+        "to try submit/status/logs/explain against them",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from services.demo.run import main
 
-    return main(load_settings())
+    return main(load_settings(), keep_running=args.keep_running)

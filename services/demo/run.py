@@ -263,15 +263,32 @@ def _short(text: str, width: int = 70) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def main(settings: Settings) -> int:
+def main(settings: Settings, keep_running: bool = False) -> int:
     print("gridledger demo: bringing up the local stack")
     asyncio.run(stack.up(settings, report=lambda c: print(" ", c.line())))
     demo = Demo(settings, say=lambda line: print(line, flush=True))
-    result = demo.run()
+    result = demo.run(keep_running=keep_running)
     print(f"\nall jobs settled in {result.elapsed_s:.0f} s; read back from the API:\n")
     print(table(result))
+    example = result.ids.get("cuda-oom", "JOB")
+    if not keep_running:
+        print(
+            f"\nexplain any job: gridledger explain {example}   (needs the api and sink: "
+            "run `gridledger demo --keep-running`, or start `gridledger sink` and "
+            "`gridledger api`)"
+        )
+        return 0
     print(
-        "\nexplain any job: gridledger explain JOB   (start the services again with "
-        "`gridledger sink` and `gridledger api` to query them)"
+        f"\nservices are running (logs in {demo.services.log_dir}); try\n"
+        f"  gridledger explain {example}\n  gridledger history {result.ids.get('node-lost')}\n"
+        "  gridledger submit examples/hello.yaml --wait\nCtrl-C stops them."
     )
+    try:
+        while True:
+            demo.services.check_alive()
+            time.sleep(1)
+    except KeyboardInterrupt:
+        print("stopping the services")
+    finally:
+        demo.services.stop()
     return 0

@@ -205,7 +205,7 @@ JOBS: tuple[DemoJob, ...] = (
             "command": ["python3", "train.py"],
             "model": {"params_billion": 70, "dtype": "bf16", "mode": "training"},
         },
-        Expected("rejected", "does_not_fit", "user"),
+        Expected("rejected", "does_not_fit", "user", attempts=0),
     ),
     DemoJob(
         "upload-fails",
@@ -258,7 +258,7 @@ NO_CAPACITY = DemoJob(
         "resources": {"gpus": 2, "gpu_models": ["NVIDIA A100-SXM4-80GB"]},
         "limits": {"queue_timeout_s": 8},
     },
-    Expected("failed", "capacity_unavailable", "capacity"),
+    Expected("failed", "capacity_unavailable", "capacity", attempts=0),
 )
 
 NODE_LOST = DemoJob(

@@ -1,0 +1,25 @@
+# The two commands of the README's quick start, and a few helpers.
+# Each installs what is missing (infra/setup.sh) and starts the local stack first.
+.PHONY: setup up down demo test lint
+
+setup:
+	bash infra/setup.sh
+
+up: setup
+	.venv/bin/gridledger dev up
+
+down:
+	.venv/bin/gridledger dev down
+
+demo: up
+	.venv/bin/gridledger demo
+
+# pytest exits 5 when it collected nothing: a broken setup, never a pass.
+test: up
+	.venv/bin/python -m pytest -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy schemas projections services infra

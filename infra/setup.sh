@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what gridledger needs on a Debian 12 machine, idempotently:
+# system packages (as root) and the project's .venv. Used by the Makefile and .ci/run.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export DEBIAN_FRONTEND=noninteractive
+
+PACKAGES=(docker.io debootstrap busybox-static postgresql openjdk-17-jre-headless maven
+          ca-certificates python3 python3-venv make)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "${package}" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("${package}")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "missing Debian packages: ${missing[*]}; run as root or install them first" >&2
+    exit 1
+  fi
+  echo "installing ${missing[*]}"
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The venv is reinstalled only when pyproject.toml changed since the last install.
+stamp=.venv/.gridledger-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [[ ! -x .venv/bin/python ]]; then
+  python3 -m venv .venv
+fi
+if [[ ! -f ${stamp} || $(cat "${stamp}") != "${want}" ]]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  echo "${want}" > "${stamp}"
+fi
