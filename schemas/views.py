@@ -134,7 +134,7 @@ class JobView(Record):
     avoid_nodes: list[str] = Field(default_factory=list)
     avoid_providers: list[str] = Field(default_factory=list)
     reason: str = ""
-    """Why the job is where it is: the retry reason while retrying, the final reason once terminal."""
+    """Why the job is where it is: the retry reason while retrying, the final one once terminal."""
     cancel_requested_at: datetime | None = None
     status_before_lost_contact: str = ""
     """The state lost_contact interrupted; AttemptResponsive returns to it."""

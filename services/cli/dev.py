@@ -9,8 +9,8 @@ import time
 from typing import Any
 
 from infra import stack
-from infra.topics import ensure_topics
 from infra.status import ComponentStatus
+from infra.topics import ensure_topics
 from services.settings import Settings, load_settings
 
 
