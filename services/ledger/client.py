@@ -183,14 +183,32 @@ class Ledger:
         )
         return await self.send_raw(self.settings.topic("dead-letter"), raw.key, raw.value, hdrs)
 
-    async def decode(self, raw: Any, consumer: str) -> LedgerRecord | None:
-        """Decode a consumed record; dead-letter it and return None when it does not decode."""
+    async def decode(
+        self, raw: Any, consumer: str, dead_letter: bool = True
+    ) -> LedgerRecord | None:
+        """Decode a consumed record; None when it does not decode.
+
+        The consumer that owns a topic's processing (sink, processors, scheduler,
+        agent) dead-letters what it cannot decode, once. Readers that only look
+        (history, follow, replay) pass ``dead_letter=False`` and skip the record
+        with a warning, so re-reading a partition does not park it again.
+        """
         if raw.value is None:
             return None  # a tombstone on a compacted topic
         try:
             value = codec.decode(raw.value)
         except EventDecodeError as exc:
-            await self.dead_letter(raw, exc, consumer)
+            if dead_letter:
+                await self.dead_letter(raw, exc, consumer)
+            else:
+                log.warning(
+                    "%s skips undecodable %s/%s@%s: %s",
+                    consumer,
+                    raw.topic,
+                    raw.partition,
+                    raw.offset,
+                    exc,
+                )
             return None
         return LedgerRecord(
             raw.topic,
@@ -227,7 +245,11 @@ class Ledger:
         return self._partitions[topic]
 
     async def read_partitions(
-        self, topic: str, partitions: Iterable[int] | None = None, consumer_name: str = "reader"
+        self,
+        topic: str,
+        partitions: Iterable[int] | None = None,
+        consumer_name: str = "reader",
+        dead_letter: bool = False,
     ) -> AsyncIterator[LedgerRecord]:
         """Every decodable record of ``topic`` from offset 0 up to the end as of the call."""
         count = await self.partitions(topic)
@@ -244,7 +266,7 @@ class Ledger:
                 for tp, raws in batch.items():
                     for raw in raws:
                         if raw.offset < ends[tp]:
-                            record = await self.decode(raw, consumer_name)
+                            record = await self.decode(raw, consumer_name, dead_letter)
                             if record is not None:
                                 yield record
                     if await consumer.position(tp) >= ends[tp]:
@@ -273,6 +295,7 @@ class Ledger:
         key: str | None = None,
         from_beginning: bool = True,
         consumer_name: str = "follower",
+        dead_letter: bool = False,
     ) -> AsyncIterator[LedgerRecord]:
         """Follow a topic live (without a group); with ``key``, only that key's partition."""
         topic = self.settings.topic(topic_suffix)
@@ -291,8 +314,10 @@ class Ledger:
                 batch = await consumer.getmany(*tps, timeout_ms=200)
                 for raws in batch.values():
                     for raw in raws:
-                        record = await self.decode(raw, consumer_name)
-                        if record is not None and (key is None or record.key == key):
+                        if key is not None and raw.key != key.encode():
+                            continue
+                        record = await self.decode(raw, consumer_name, dead_letter)
+                        if record is not None:
                             yield record
         finally:
             await consumer.stop()

@@ -8,7 +8,7 @@ import pytest
 
 from schemas.events import EVENT_TYPES, JobSucceeded, NodeEvent
 from services.ledger import Ledger
-from services.ledger.client import DLQ_ERROR, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
+from services.ledger.client import DLQ_CONSUMER, DLQ_ERROR, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
 from tests.schemas.samples import T0, sample
 
 pytestmark = pytest.mark.integration
@@ -49,10 +49,17 @@ async def test_a_malformed_record_goes_to_the_dead_letter_topic_and_reading_cont
         after = await ledger.append(JobSucceeded(job_id="job-x", attempt=2, occurred_at=T0))
         assert before.partition == bad.partition == after.partition
 
-        history = await ledger.history("job-x")
-        assert [e.attempt for e in history] == [1, 2]
+        # The owning consumer decodes, dead-letters the bad record once and goes on.
+        decoded = []
+        async for record in ledger.read_partitions(
+            topics.topic("job-events"), [bad.partition], "test-consumer", dead_letter=True
+        ):
+            decoded.append(record.event.attempt)
+        assert decoded == [1, 2]
+        # Readers that only look skip it without parking it again.
+        assert [e.attempt for e in await ledger.history("job-x")] == [1, 2]
+        assert [e.attempt for e in await ledger.history("job-x")] == [1, 2]
 
-        dead = []
         consumer = ledger.consumer(topics.topic("dead-letter"))
         await consumer.start()
         try:
@@ -64,7 +71,8 @@ async def test_a_malformed_record_goes_to_the_dead_letter_topic_and_reading_cont
     hdrs = dict(dead[0].headers)
     assert hdrs[DLQ_SOURCE_TOPIC].decode() == topics.topic("job-events")
     assert int(hdrs[DLQ_SOURCE_OFFSET]) == bad.offset
-    assert "marker" in hdrs[DLQ_ERROR].decode() or "fingerprint" in hdrs[DLQ_ERROR].decode()
+    assert hdrs[DLQ_CONSUMER] == b"test-consumer"
+    assert "fingerprint" in hdrs[DLQ_ERROR].decode()
     assert dead[0].value == b"\xc3\x01 not an event at all"
 
 
