@@ -47,7 +47,7 @@ from schemas.events import (
     ProcessExited,
     RetryScheduled,
 )
-from schemas.types import CheckpointRef, Evidence
+from schemas.types import Evidence
 from schemas.views import TERMINAL_STATUSES, AttemptView, FailureInfo, JobView, OutputInfo
 
 _PROGRESS = ("scheduled", "starting", "running", "finishing")
@@ -320,17 +320,7 @@ def _(event: ProcessExited, view: JobView) -> JobView:
 
 @_apply.register
 def _(event: CheckpointStored, view: JobView) -> JobView:
-    ref = CheckpointRef(
-        job_id=event.job_id,
-        attempt=event.attempt,
-        name=event.name,
-        uri=event.uri,
-        sha256=event.sha256,
-        bytes=event.bytes,
-        step=event.step,
-        stored_at=event.occurred_at,
-    )
-    return view.model_copy(update={"checkpoints": [*view.checkpoints, ref]})
+    return view.model_copy(update={"checkpoints": [*view.checkpoints, event.ref()]})
 
 
 def _put_output(view: JobView, output: OutputInfo) -> JobView:

@@ -214,6 +214,19 @@ class CheckpointStored(Event):
     sha256: str
     bytes: int
 
+    def ref(self) -> CheckpointRef:
+        """The reference a later attempt (or job) resumes from."""
+        return CheckpointRef(
+            job_id=self.job_id,
+            attempt=self.attempt,
+            name=self.name,
+            uri=self.uri,
+            sha256=self.sha256,
+            bytes=self.bytes,
+            step=self.step,
+            stored_at=self.occurred_at,
+        )
+
 
 class OutputStored(Event):
     path: str

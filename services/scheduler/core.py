@@ -102,16 +102,7 @@ class SchedulerState:
             self.fleet.apply(event)
             return
         if isinstance(event, CheckpointStored):
-            self.checkpoints[event.job_id] = CheckpointRef(
-                job_id=event.job_id,
-                attempt=event.attempt,
-                name=event.name,
-                uri=event.uri,
-                sha256=event.sha256,
-                bytes=event.bytes,
-                step=event.step,
-                stored_at=event.occurred_at,
-            )
+            self.checkpoints[event.job_id] = event.ref()
             return
         job_id = event.job_id
         if job_id in self.done:
