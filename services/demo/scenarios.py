@@ -164,9 +164,13 @@ JOBS: tuple[DemoJob, ...] = (
         Expected("failed", "entrypoint_not_found", "user", billed=True),
     ),
     DemoJob(
-        "missing-file",
-        "the script or data file is not where the command says",
-        {"name": "missing-file", "image": PYTHON, "command": ["python3", "train.py"]},
+        "missing-data",
+        "the dataset is not where the script looks for it",
+        {
+            "name": "missing-data",
+            "image": PYTHON,
+            "command": _py("print('loading dataset', flush=True)\nopen('data/train.jsonl')"),
+        },
         Expected("failed", "missing_file", "user", billed=True),
     ),
     DemoJob(

@@ -125,7 +125,7 @@ def test_messages_quote_the_evidence(run: Run) -> None:
     assert "batch size" in oom["advice"]
     assert any("CUDA out of memory" in line for line in oom["evidence"]["log_lines"])
     assert "transformers" in run.doc("missing-module")["failure"]["summary"]
-    assert "train.py" in run.doc("missing-file")["failure"]["summary"]
+    assert "data/train.jsonl" in run.doc("missing-data")["failure"]["summary"]
     assert "train-model" in (
         run.doc("bad-entrypoint")["failure"]["summary"]
         + " ".join(run.doc("bad-entrypoint")["failure"]["evidence"]["log_lines"])
