@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from schemas.errors import GridledgerError
 from services.cli import agent as agent_cli
+from services.cli import bench as bench_cli
 from services.cli import demo as demo_cli
 from services.cli import dev
 from services.cli import jobs as jobs_cli
@@ -21,6 +22,7 @@ from services.cli import processors as processors_cli
 from services.cli import replay as replay_cli
 from services.cli import scheduler as scheduler_cli
 from services.cli import services as services_cli
+from services.cli import simulate as simulate_cli
 
 COMMAND_GROUPS = (
     demo_cli,
@@ -31,6 +33,8 @@ COMMAND_GROUPS = (
     services_cli,
     replay_cli,
     agent_cli,
+    bench_cli,
+    simulate_cli,
 )
 
 

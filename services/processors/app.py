@@ -135,6 +135,7 @@ class Processors:
 
     def _build_app(self) -> faust.App:
         s = self.settings
+        (s.home / "faust").mkdir(parents=True, exist_ok=True)
         app = faust.App(
             self.app_id,
             broker=f"kafka://{s.kafka_bootstrap}",
@@ -153,6 +154,8 @@ class Processors:
             producer_acks=-1,
             stream_wait_empty=False,
             store="memory://",
+            # faust keeps a data folder per app; under the home, not the working directory.
+            datadir=str(s.home / "faust" / "{conf.id}-data"),
         )
 
         def topic(suffix: str) -> faust.TopicT:

@@ -1,0 +1,1 @@
+"""gridledger benchmarks: ``gridledger bench [NAME] [--quick]`` (see bench/README.md)."""

@@ -1,0 +1,146 @@
+"""Run a simulation: a fleet, a batch of submitted jobs, wait until every job is terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from schemas.events import TERMINAL_EVENTS, FailureClassified, JobSubmitted
+from schemas.spec import JobSpec
+from services.ledger import Ledger
+from services.settings import Settings
+from services.simulator.fleet import SimFleet
+from services.simulator.mix import JobMix
+
+SHORT_TIMINGS = {
+    # So node losses are detected within seconds (the watchdog and scheduler read these).
+    "GRIDLEDGER_WATCHDOG_SILENCE_S": "3",
+    "GRIDLEDGER_WATCHDOG_LOST_AFTER_S": "3",
+    "GRIDLEDGER_SCHEDULER_NODE_TIMEOUT_S": "10",
+    "GRIDLEDGER_SCHEDULER_DISPATCH_TIMEOUT_S": "30",
+}
+
+
+def sim_spec(gpus: int) -> JobSpec:
+    return JobSpec(
+        name="sim",
+        image="sim/train:latest",
+        command=["python", "train.py"],
+        resources={"gpus": gpus},
+        retry={"backoff_s": 0.5, "backoff_cap_s": 2.0},
+    )
+
+
+async def simulate(
+    settings: Settings,
+    nodes: int,
+    jobs: int,
+    mix: JobMix,
+    *,
+    timeout_s: float = 300.0,
+    heartbeat_interval_s: float = 1.0,
+    tick_s: float = 1.0,
+    gpus_per_node: int = 8,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Start the fleet, submit ``jobs`` jobs, wait for their terminal events; a summary."""
+    terminal_names = {cls.__name__ for cls in TERMINAL_EVENTS}
+    async with Ledger(settings, "simulator") as ledger:
+        fleet = SimFleet(
+            ledger,
+            nodes,
+            mix,
+            gpus_per_node=gpus_per_node,
+            heartbeat_interval_s=heartbeat_interval_s,
+            tick_s=tick_s,
+        )
+        topic = settings.topic("job-events")
+        tps = [TopicPartition(topic, p) for p in range(await ledger.partitions(topic))]
+        consumer = ledger.consumer()
+        await consumer.start()
+        try:
+            consumer.assign(tps)
+            await consumer.seek_to_end(*tps)
+            for tp in tps:
+                await consumer.position(tp)
+            await fleet.start()
+            say(f"fleet: {nodes} nodes, {fleet.gpu_count} GPUs; submitting {jobs} jobs")
+            began = time.monotonic()
+            submitted = [
+                JobSubmitted(
+                    job_id=f"sim-{began:.0f}-{i:06d}",
+                    occurred_at=datetime.now(UTC),
+                    producer="simulator",
+                    tenant="sim",
+                    submitter="simulator",
+                    spec=sim_spec(mix.gpu_count(i)),
+                )
+                for i in range(jobs)
+            ]
+            await fleet.emit(submitted)
+            wanted = {e.job_id for e in submitted}
+            ends: dict[str, str] = {}
+            classes: Counter[str] = Counter()
+            seen: set[str] = set()
+            lifecycle = 0
+            next_report = began + 5
+            while len(ends) < len(wanted) and time.monotonic() - began < timeout_s:
+                batch = await consumer.getmany(timeout_ms=500, max_records=5000)
+                for raws in batch.values():
+                    for raw in raws:
+                        record = await ledger.decode(raw, "simulator")
+                        if record is None or record.key not in wanted:
+                            continue
+                        lifecycle += 1
+                        event = record.value
+                        if isinstance(event, FailureClassified) and event.event_id not in seen:
+                            seen.add(event.event_id)  # re-processing appends duplicates
+                            classes[event.failure_class] += 1
+                        if type(event).__name__ in terminal_names:
+                            ends.setdefault(record.key, type(event).__name__)
+                if time.monotonic() >= next_report:
+                    say(
+                        f"  {time.monotonic() - began:5.0f} s: {len(ends)}/{jobs} terminal, "
+                        f"{fleet.stats.accepted} attempts accepted, {fleet.stats.emitted} facts"
+                    )
+                    next_report += 5
+            elapsed = time.monotonic() - began
+        finally:
+            await consumer.stop()
+            await fleet.stop()
+    return {
+        "nodes": nodes,
+        "gpus": fleet.gpu_count,
+        "jobs": jobs,
+        "terminal": len(ends),
+        "elapsed_s": round(elapsed, 2),
+        "outcomes": dict(Counter(ends.values())),
+        "failure_classes": dict(classes),
+        "attempts_accepted": fleet.stats.accepted,
+        "attempt_ends": fleet.stats.finished,
+        "lost_nodes": fleet.stats.lost_nodes,
+        "facts_emitted": fleet.stats.emitted,
+        "facts_failed": fleet.stats.failed,
+        "job_events_seen": lifecycle,
+    }
+
+
+def run_with_services(
+    settings: Settings, log_dir: Any, coro_factory: Callable[[Settings], Any]
+) -> Any:
+    """Start a scheduler and a processors worker on ``settings`` around ``coro_factory``."""
+    from infra.services import LocalServices, ServiceSpec
+
+    services = LocalServices(settings, log_dir=log_dir)
+    try:
+        services.start(ServiceSpec("scheduler", ["scheduler"], SHORT_TIMINGS))
+        services.start(ServiceSpec("processors", ["processors"], SHORT_TIMINGS))
+        return asyncio.run(coro_factory(settings))
+    finally:
+        services.stop()
