@@ -35,7 +35,7 @@ from schemas.events import (
     FailureClassified,
     MeterTick,
 )
-from schemas.views import TERMINAL_STATUSES, AccountingRecord, AttemptAccounting
+from schemas.views import TERMINAL_STATUSES, AccountingRecord, AttemptAccounting, JobView
 
 POLICY_VERSION = "1"
 _US = timedelta(microseconds=1)
@@ -168,6 +168,7 @@ def account(
     history: Iterable[Event],
     ticks: Iterable[MeterTick] = (),
     policy: AccountingPolicy = DEFAULT_POLICY,
+    view: JobView | None = None,
 ) -> AccountingRecord:
     """The job's accounting record as of its latest event.
 
@@ -175,6 +176,12 @@ def account(
         history: the job's job-events (duplicates allowed; MeterTicks in it are used too).
         ticks: the job's meter ticks (duplicates allowed; other jobs' ticks are ignored).
         policy: who pays for what; its version is written into the record.
+        view: the job's view when the caller already folded it, so it is not folded
+            again. It must equal ``project()`` of the job-events of ``history``
+            (duplicates dropped), i.e. the view as of the latest job-event in
+            ``history``; the record is then identical to the one computed without it.
+            None (the default) folds ``history`` here. Ignored when ``history`` holds
+            no job-event.
 
     Returns:
         One AttemptAccounting per attempt that was scheduled or held compute, and the
@@ -189,7 +196,10 @@ def account(
         for t in unique([*ticks, *(e for e in unique(history) if isinstance(e, MeterTick))])
         if isinstance(t, MeterTick) and (not job_id or t.job_id == job_id)
     ]
-    view = project(events) if events else None
+    if not events:
+        view = None
+    elif view is None:
+        view = project(events)
     status = view.status if view else "submitted"
     terminal = status in TERMINAL_STATUSES
     as_of = _as_of([*events, *all_ticks])

@@ -63,16 +63,26 @@ def _envelope(cause: Event, processor: str) -> _Envelope:
     )
 
 
-def _view(history: Sequence[Event]) -> JobView | None:
+def _view(history: Sequence[Event], view: JobView | None = None) -> JobView | None:
+    """The view folded from ``history``, or ``view`` when the caller already has it."""
+    if view is not None:
+        return view
     events = [e for e in history if is_job_event(e)]
     return project(events) if events else None
 
 
-def classifier_step(history: Sequence[Event], event: Event) -> list[Event]:
-    """What the classifier appends for ``event`` (history up to and including it)."""
+def classifier_step(
+    history: Sequence[Event], event: Event, view: JobView | None = None
+) -> list[Event]:
+    """What the classifier appends for ``event`` (history up to and including it).
+
+    ``view``, when given, must be the view folded from that same ``history``
+    (``project()`` of its job-events, up to and including ``event``); it saves the
+    fold and gives the same result. None folds ``history`` here.
+    """
     if not isinstance(event, ENDING_EVENTS) or isinstance(event, JobRejected):
         return []
-    view = _view(history)
+    view = _view(history, view)
     n = event.attempt
     if view is None or view.status in TERMINAL_STATUSES:
         return []  # a late release from a lost node is recorded by the fold, not acted on
@@ -109,10 +119,18 @@ def _decided(history: Sequence[Event], attempt: int) -> bool:
 
 
 def decider_step(
-    history: Sequence[Event], event: Event, policy: RetryPolicy = DEFAULT_POLICY
+    history: Sequence[Event],
+    event: Event,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    view: JobView | None = None,
 ) -> list[Event]:
-    """What the retry decider appends for ``event`` (history up to and including it)."""
-    view = _view(history)
+    """What the retry decider appends for ``event`` (history up to and including it).
+
+    ``view``, when given, must be the view folded from that same ``history``
+    (``project()`` of its job-events, up to and including ``event``); it saves the
+    fold and gives the same result. None folds ``history`` here.
+    """
+    view = _view(history, view)
     if view is None or view.status in TERMINAL_STATUSES:
         return []
     envelope = _envelope(event, DECIDER)
@@ -183,7 +201,10 @@ def decider_step(
 
 
 def react(
-    history: Sequence[Event], event: Event, policy: RetryPolicy = DEFAULT_POLICY
+    history: Sequence[Event],
+    event: Event,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    view: JobView | None = None,
 ) -> list[Event]:
     """The events the classifier and the retry decider append now, in response to ``event``.
 
@@ -193,6 +214,11 @@ def react(
             event is judged as it was the first time.
         event: the event just consumed.
         policy: the retry policy.
+        view: the job's view as of ``event``, when the caller already folded it:
+            ``project()`` of the job-events of ``history`` up to and including the
+            first occurrence of ``event`` (duplicates dropped), never a later view.
+            The result is then identical to the one computed without it; None (the
+            default) folds that prefix here.
 
     Returns:
         The derived events not already in ``history``: on a redelivery whose
@@ -205,7 +231,7 @@ def react(
         events.append(event)
         ids.append(event.event_id)
     prefix = unique(events[: ids.index(event.event_id) + 1])
-    derived = classifier_step(prefix, event) + decider_step(prefix, event, policy)
+    derived = classifier_step(prefix, event, view) + decider_step(prefix, event, policy, view)
     known = set(ids)
     return [d for d in derived if d.event_id not in known]
 

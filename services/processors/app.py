@@ -21,6 +21,7 @@ event ids and from the :class:`.store.JobStore` rebuild, not from faust.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import logging
 import re
@@ -106,7 +107,9 @@ class Processors:
         )
         self._dirty: set[str] = set()
         self._watches: dict[str, watchdog.Watch] = {}
-        self._views: dict[str, tuple[int, JobView]] = {}
+        self._views: dict[tuple[str, str], tuple[float, JobView]] = {}
+        """(agent, job) -> (offset, view as of that offset); one cache per agent, so agents
+        at different offsets of the same job do not make each other fold from scratch."""
         self._decoded: dict[tuple[str, int, int], Event | None] = {}
         self._beaten: set[str] = set()
         self._bases: dict[str, watchdog.Watch] = {}
@@ -264,12 +267,13 @@ class Processors:
 
         for job_id, offset in batch.views.items():
             batch.pending.append(
-                await self._send_view("job-state", job_id, self._view(job_id, offset))
+                await self._send_view("job-state", job_id, self._view(job_id, offset, "state"))
             )
         for job_id in batch.accounts:
             job = self.store.log(job_id)
             if job.events:  # ticks before the submission was read wait for the next job-event
-                record = account(job.read(), list(job.ticks.values()))
+                view = self._latest_view(job_id, "accounting")
+                record = account(job.read(), list(job.ticks.values()), view=view)
                 batch.pending.append(await self._send_view("accounting", job_id, record))
         for future in batch.pending:
             try:
@@ -285,19 +289,34 @@ class Processors:
             headers=codec.headers(value),
         )
 
-    def _view(self, job_id: str, offset: int) -> JobView:
-        """The job's view as of ``offset``, folded on from the last one when possible."""
+    def _view(self, job_id: str, offset: float, agent: str) -> JobView:
+        """The job's view as of ``offset`` (a read offset, not LOCAL), folded on from the
+        ``agent``'s last one when possible."""
         from projections.job_state import evolve, project
 
         job = self.store.log(job_id)
-        cached = self._views.get(job_id)
+        cached = self._views.get((agent, job_id))
         if cached is None or cached[0] > offset:
             view = project(job.prefix(offset))
         else:
             view = cached[1]
             for event in job.between(cached[0], offset):
                 view = evolve(view, event)
-        self._views[job_id] = (offset, view)
+        self._views[(agent, job_id)] = (offset, view)
+        return view
+
+    def _latest_view(self, job_id: str, agent: str) -> JobView:
+        """The view of every known event of the job (``project(job.read())``), including
+        this process's appends not yet read back, which are folded on but not cached."""
+        from projections.job_state import evolve, project
+
+        job = self.store.log(job_id)
+        read = bisect.bisect_left(job.offsets, LOCAL)
+        if read == 0:
+            return project(job.read())
+        view = self._view(job_id, job.offsets[read - 1], agent)
+        for event in job.events[read:]:
+            view = evolve(view, event)
         return view
 
     # ----------------------------------------------------------------------- processors
@@ -318,7 +337,11 @@ class Processors:
         from projections.decisions import react
 
         job = self.store.log(job_id)
-        await self._append_new(job_id, react(job.prefix(offset), event), batch)
+        # react judges the event as of its first occurrence (a redelivered event is judged
+        # as it was the first time), so the view is the one as of that offset, never later.
+        at = job.ids.get(event.event_id, offset)
+        view = self._view(job_id, at, "classifier") if at <= offset else None
+        await self._append_new(job_id, react(job.prefix(offset), event, view=view), batch)
 
     async def _on_job_event_dispatch(
         self, job_id: str, offset: int, event: Event, batch: Batch
