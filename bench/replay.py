@@ -48,7 +48,7 @@ async def replay(ledger: Ledger) -> dict[str, Any]:
     terminal = 0
     for job_id, history in histories.items():
         view = project(history)
-        account(history, ticks.get(job_id, []))
+        account(history, ticks.get(job_id, []), view=view)
         terminal += view is not None and view.terminal_at is not None
     total_s = time.perf_counter() - began
     return {

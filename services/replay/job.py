@@ -83,7 +83,7 @@ async def replay_job(ledger: Ledger, job_id: str) -> JobReplay:
     history = await ledger.history(job_id)
     ticks = [t for t in await ledger.history(job_id, "meter-ticks") if isinstance(t, MeterTick)]
     view = job_state.project(history) if history else None
-    record = account(history, ticks, default_policy()) if history else None
+    record = account(history, ticks, default_policy(), view=view) if history else None
     return JobReplay(
         job_id=job_id,
         history=unique(history),

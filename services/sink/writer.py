@@ -233,10 +233,16 @@ def new_view(job_id: str) -> JobView | None:
 
 
 def account(
-    history: list[Event], ticks: list[MeterTick], policy: AccountingPolicy
+    history: list[Event],
+    ticks: list[MeterTick],
+    policy: AccountingPolicy,
+    view: JobView | None = None,
 ) -> AccountingRecord:
-    """``projections.accounting.account`` (one name for the sink and the replay tool)."""
-    return accounting.account(history, ticks, policy)
+    """``projections.accounting.account`` (one name for the sink and the replay tool).
+
+    ``view`` is the job's view folded from exactly ``history``; it saves a re-fold.
+    """
+    return accounting.account(history, ticks, policy, view=view)
 
 
 class ReadModelWriter:
@@ -454,6 +460,8 @@ class _Batch:
                 [rows.event_from_payload(t, p) for t, p in histories[job_id]],
                 ticks.get(job_id, []),
                 policy,
+                # Folded from the stored view plus this batch's events: the whole history.
+                view=self.views.get(job_id),
             )
             for job_id in due
         ]
