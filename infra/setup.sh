@@ -31,6 +31,6 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 if [[ ! -f ${stamp} || $(cat "${stamp}") != "${want}" ]]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  .venv/bin/python -m pip install -q -e '.[dev,bench]'
   echo "${want}" > "${stamp}"
 fi

@@ -281,7 +281,20 @@ async def cancel_job(request: web.Request) -> web.Response:
 
 
 async def list_nodes(request: web.Request) -> web.Response:
-    return web.json_response({"nodes": await queries.nodes(request.app[POOL])}, dumps=_json_text)
+    silent_after = request.app[SETTINGS].scheduler_node_timeout_s
+    nodes = await queries.nodes(request.app[POOL])
+    now = datetime.now(UTC)
+    for node in nodes:
+        # The read model keeps the last status a node reported; a node that stopped
+        # reporting is shown as silent, as the scheduler sees it (not placeable).
+        last = node.get("last_heartbeat_at") or node.get("registered_at")
+        if (
+            node.get("status") == "ready"
+            and last
+            and (now - datetime.fromisoformat(last)).total_seconds() > silent_after
+        ):
+            node["status"] = "silent"
+    return web.json_response({"nodes": nodes}, dumps=_json_text)
 
 
 async def healthz(request: web.Request) -> web.Response:

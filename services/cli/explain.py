@@ -49,6 +49,24 @@ def _attempt_line(a: dict[str, Any]) -> str:
     return " · ".join(p for p in parts if p)
 
 
+EVIDENCE_SHOWN = (
+    ("node", "node"),
+    ("provider", "provider"),
+    ("gpu_model", "GPU"),
+    ("image", "image"),
+    ("runtime", "ran for"),
+    ("memory_limit", "memory limit"),
+    ("signal_name", "signal"),
+    ("max_runtime", "runtime limit"),
+    ("queue_timeout", "queue timeout"),
+    ("last_heartbeat", "last heartbeat"),
+    ("missing_outputs", "missing outputs"),
+    ("failed_outputs", "outputs not stored"),
+    ("store_message", "store error"),
+)
+"""Evidence details worth a line in plain words; `status --json` has all of them."""
+
+
 def explain(job: dict[str, Any]) -> str:
     """What happened, why, whose side, what to do next, and the last log lines."""
     lines: list[str] = []
@@ -61,6 +79,7 @@ def explain(job: dict[str, Any]) -> str:
     )
     lines.append("")
     failure = job.get("failure")
+    summary_text = (failure or {}).get("summary")
     lines.append(render.bold("What happened"))
     if failure and status not in ("succeeded",):
         lines.append(f"  {failure.get('summary') or STATUS_LINES.get(status, status)}")
@@ -80,10 +99,12 @@ def explain(job: dict[str, Any]) -> str:
         if evidence.get("oom_killed"):
             facts.append("killed for using more host memory than its limit")
         lines.append("  " + ", ".join(facts))
-        if job.get("reason"):
+        if job.get("reason") and job["reason"] != failure.get("summary"):
             lines.append(f"  decision: {job['reason']}")
-        for key, value in sorted((evidence.get("details") or {}).items()):
-            lines.append(f"  {key}: {value}")
+        details = evidence.get("details") or {}
+        for key, label in EVIDENCE_SHOWN:
+            if details.get(key):
+                lines.append(f"  {label}: {details[key]}")
         for line in evidence.get("log_lines") or []:
             lines.append(f"  > {line}")
         lines.append("")
@@ -96,7 +117,7 @@ def explain(job: dict[str, Any]) -> str:
         if failure.get("retryable") and status not in ("failed", "cancelled", "rejected"):
             lines.append("  gridledger retries this automatically.")
     fit = job.get("fit")
-    if fit and not fit.get("fits", True):
+    if fit and not fit.get("fits", True) and fit.get("explanation") != summary_text:
         lines.append("")
         lines.append(render.bold("Fit check"))
         lines.append(f"  {fit.get('explanation', '')}")

@@ -105,6 +105,15 @@ def run_submit(args: argparse.Namespace) -> int:
         raise
     job_id = created["job_id"]
     if not args.wait:
+        # The pre-flight fit runs within milliseconds of the submit: wait for it briefly so
+        # an impossible job is reported here, with its numbers, not on a later status call.
+        job = _past_preflight(api, job_id)
+        if job is not None and job.get("status") == "rejected":
+            if args.json:
+                _print_json(job)
+            else:
+                print(explain(job), file=sys.stderr)
+            return 1
         _print_json(created) if args.json else print(job_id)
         return 0
     if not args.json:
@@ -115,6 +124,22 @@ def run_submit(args: argparse.Namespace) -> int:
     else:
         print(explain(job))
     return 0 if job.get("status") == "succeeded" else 1
+
+
+def _past_preflight(api: ApiClient, job_id: str, timeout_s: float = 5.0) -> dict[str, Any] | None:
+    """The job once it has left ``submitted`` (queued or rejected); None if that takes longer."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            job: dict[str, Any] = api.get(f"/v1/jobs/{job_id}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        else:
+            if job.get("status") != "submitted":
+                return job
+        time.sleep(0.2)
+    return None
 
 
 def wait(

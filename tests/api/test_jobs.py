@@ -6,11 +6,13 @@ processors would append, with the Ledger, and check what the API answers.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from schemas.events import CancelRequested, JobSubmitted
 from tests.api.conftest import OTHER_TOKEN, Api
-from tests.sink.scenario import node_facts, run_facts
+from tests.sink.scenario import T0, node_facts, run_facts
 
 pytestmark = pytest.mark.integration
 
@@ -181,3 +183,21 @@ async def test_a_retried_submit_with_the_same_idempotency_key_is_one_job(api: Ap
     )
     assert theirs.status == 201 and (await theirs.json())["job_id"] != job_id
     assert len(await api.ledger.history(job_id)) == 1
+
+
+async def test_a_node_that_stopped_reporting_is_shown_silent(api: Api) -> None:
+    now = datetime.now(UTC)
+    old = [
+        e.model_copy(update={"occurred_at": now - timedelta(hours=1) + (e.occurred_at - T0)})
+        for e in node_facts("node-gone")
+    ]
+    fresh = [
+        e.model_copy(update={"occurred_at": now + (e.occurred_at - T0)})
+        for e in node_facts("node-here")
+    ]
+    await api.ledger.append_many([*old, *fresh])
+    await api.sink.catch_up()
+
+    nodes = await (await api.client.get("/v1/nodes", headers=api.auth())).json()
+    status = {n["node_id"]: n["status"] for n in nodes["nodes"]}
+    assert status == {"node-gone": "silent", "node-here": "ready"}
