@@ -212,18 +212,7 @@ class SchedulerState:
         submitted = entry.submitted
         report = self.fit_check(entry.spec, self.fleet)
         if report is not None and not report.fits:
-            return JobRejected(
-                event_id=derived_event_id(submitted.event_id, PROCESSOR),
-                job_id=entry.job_id,
-                attempt=0,
-                occurred_at=now,
-                producer=self.config.producer,
-                causation_id=submitted.event_id,
-                failure_class="does_not_fit",
-                summary=report.explanation,
-                advice=_fit_advice(report),
-                fit=report,
-            )
+            return self._rejection(entry, submitted, report, now)
         entry.vram_gb = report.required_vram_gb if report is not None else None
         deadline = submitted.occurred_at + timedelta(seconds=entry.spec.limits.queue_timeout_s)
         return JobQueued(
@@ -335,13 +324,19 @@ class SchedulerState:
     def _late_reject(
         self, entry: JobEntry, queued: JobQueued, report: FitReport, now: datetime
     ) -> JobRejected:
+        return self._rejection(entry, queued, report, now, suffix="reject")
+
+    def _rejection(
+        self, entry: JobEntry, cause: Event, report: FitReport, now: datetime, suffix: str = ""
+    ) -> JobRejected:
+        """does_not_fit, with the numbers, derived from the event that led to the check."""
         return JobRejected(
-            event_id=derived_event_id(queued.event_id, PROCESSOR, "reject"),
+            event_id=derived_event_id(cause.event_id, PROCESSOR, suffix),
             job_id=entry.job_id,
             attempt=0,
             occurred_at=now,
             producer=self.config.producer,
-            causation_id=queued.event_id,
+            causation_id=cause.event_id,
             failure_class="does_not_fit",
             summary=report.explanation,
             advice=_fit_advice(report),
