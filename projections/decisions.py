@@ -157,18 +157,7 @@ def decider_step(
         return []  # the attempt's first classification decides
     if _decided(history, event.attempt):
         return []
-    c = Classification(
-        failure_class=event.failure_class,
-        attribution=event.attribution,
-        retryable=event.retryable,
-        summary=event.summary,
-        advice=event.advice,
-        evidence=event.evidence,
-        rule_id=event.rule_id,
-        classifier_version=event.classifier_version,
-        attempt=event.attempt,
-        occurred_at=event.occurred_at,
-    )
+    c = Classification.model_validate(event.model_dump(include=set(Classification.model_fields)))
     d = decide(view, c, policy)
     if d.action == "retry":
         return [

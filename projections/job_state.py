@@ -155,17 +155,8 @@ def _set_status(view: JobView, event: Event, status: str, **fields: Any) -> JobV
 
 
 def _failure(event: FailureClassified) -> FailureInfo:
-    return FailureInfo(
-        failure_class=event.failure_class,
-        attribution=event.attribution,
-        retryable=event.retryable,
-        summary=event.summary,
-        advice=event.advice,
-        evidence=event.evidence,
-        rule_id=event.rule_id,
-        classifier_version=event.classifier_version,
-        attempt=event.attempt,
-    )
+    # FailureInfo is the classification's own fields, as recorded on the event.
+    return FailureInfo.model_validate(event.model_dump(include=set(FailureInfo.model_fields)))
 
 
 def _end(view: JobView, event: Event, status: str, **fields: Any) -> JobView:
