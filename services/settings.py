@@ -103,6 +103,9 @@ class Settings(BaseSettings):
     log_follow_grace_s: float = Field(2.0, ge=0)
     """After a followed job turns terminal, keep streaming late log chunks this long."""
     sink_batch_max: int = Field(500, ge=1)
+    sink_lock_wait_s: float = Field(10.0, ge=0)
+    """How long a starting sink waits for the schema's lock (a crashed predecessor's
+    session may hold it briefly) before refusing to run beside another sink."""
     """Records the sink applies per Postgres transaction."""
 
     def topic(self, name: str) -> str:

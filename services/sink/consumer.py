@@ -91,7 +91,7 @@ class Sink:
         """
         async with self.pool.acquire() as lock_conn:
             lock = f"sink:{self.settings.pg_schema}:{self.consumer_name}"
-            if not await lock_conn.fetchval("SELECT pg_try_advisory_lock(hashtext($1))", lock):
+            if not await self._take_lock(lock_conn, lock):
                 raise db.ReadModelError(
                     f"another sink (consumer {self.consumer_name!r}) is already writing schema "
                     f"{self.settings.pg_schema!r}; run one sink per schema"
@@ -100,6 +100,22 @@ class Sink:
                 await self._consume()
             finally:
                 await lock_conn.execute("SELECT pg_advisory_unlock(hashtext($1))", lock)
+
+    async def _take_lock(self, conn: Any, lock: str) -> bool:
+        """Take the advisory lock, waiting up to ``sink_lock_wait_s`` for it.
+
+        A sink restarted right after a crash can find its predecessor's Postgres
+        session still open (and its lock held) until the server notices the dead
+        client; waiting a bounded time lets the restart go through, while a sink
+        that is really running still makes the newcomer refuse.
+        """
+        deadline = asyncio.get_running_loop().time() + self.settings.sink_lock_wait_s
+        while True:
+            if await conn.fetchval("SELECT pg_try_advisory_lock(hashtext($1))", lock):
+                return True
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.2)
 
     async def _consume(self) -> None:
         tps = await self.partitions()

@@ -192,5 +192,6 @@ async def test_a_second_sink_on_the_same_schema_refuses_to_start(
         first = await build_sink(settings, ledger, pool)
         async with running(first):
             await first.catch_up()
+            impatient = settings.model_copy(update={"sink_lock_wait_s": 0.5})
             with pytest.raises(ReadModelError, match="already writing schema"):
-                await Sink(settings, ledger, pool).run()
+                await Sink(impatient, ledger, pool).run()
