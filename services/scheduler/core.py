@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from schemas.events import (
+    EVENT_TYPES,
     TERMINAL_EVENTS,
     AttemptLost,
     AttemptScheduled,
@@ -41,6 +42,30 @@ from services.scheduler.placement import Placement, PlacementRequest, place
 from services.scheduler.queue import PlacementQueue
 
 PROCESSOR = "scheduler"
+
+FOLDED: tuple[type[Event], ...] = (
+    NodeEvent,
+    CheckpointStored,
+    JobSubmitted,
+    *TERMINAL_EVENTS,
+    JobQueued,
+    AttemptScheduled,
+    ComputeReleased,
+    AttemptLost,
+    DispatchTimedOut,
+    RetryScheduled,
+    NoCapacity,
+    CancelRequested,
+)
+"""The events :meth:`SchedulerState.observe` folds; it ignores every other type.
+
+Extend this tuple together with ``observe``: the service skips records of any
+other type by their ``gridledger-type`` header, without decoding them.
+"""
+
+FOLDED_TYPE_NAMES: frozenset[str] = frozenset(
+    name for name, cls in EVENT_TYPES.items() if issubclass(cls, FOLDED)
+)
 
 FitCheck = Callable[[JobSpec, Fleet], FitReport | None]
 """Pre-flight fit of a spec against the fleet's inventory; None when the fleet is empty."""
@@ -98,6 +123,8 @@ class SchedulerState:
 
     def observe(self, event: Event) -> None:
         """Fold one node- or job-event. Idempotent: duplicates and replays change nothing."""
+        if not isinstance(event, FOLDED):
+            return
         if isinstance(event, NodeEvent):
             self.fleet.apply(event)
             return

@@ -8,13 +8,16 @@ subtracted from what a node reports free, so two attempts are never placed on
 the same GPU between a placement and the node's next heartbeat.
 
 Free GPUs are indexed by ``model -> free count -> nodes`` so a placement looks
-at a handful of buckets instead of every node (see :mod:`.placement`).
+at a handful of buckets instead of every node (see :mod:`.placement`). Each
+node also keeps its free set, updated in place by a reservation (the hot path:
+one per placement) and recomputed only when what the node reports or holds
+otherwise changes (heartbeat, registration, release).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from schemas.events import NodeDrained, NodeEvent, NodeHeartbeat, NodeRegistered
 from schemas.types import GpuDevice
@@ -36,6 +39,8 @@ class NodeState:
     last_seen: datetime | None = None
     drained: bool = False
     registered: bool = False
+    free: set[int] = field(default_factory=set)
+    """Reported free (all GPUs before the first heartbeat) minus reservations; kept by Fleet."""
 
     by_model: dict[str, list[int]] = field(default_factory=dict)
     """GPU indices by model name."""
@@ -52,9 +57,6 @@ class NodeState:
 
     def vram_gb(self, model: str) -> float:
         return self.vram_by_model.get(model, 0.0)
-
-    def alive(self, now: datetime, timeout_s: float) -> bool:
-        return self.last_seen is not None and now - self.last_seen <= timedelta(seconds=timeout_s)
 
 
 class Fleet:
@@ -101,7 +103,8 @@ class Fleet:
             node.drained = True
         if node.last_seen is None or event.occurred_at > node.last_seen:
             node.last_seen = event.occurred_at
-        self._reindex(node.node_id)
+        self._recompute_free(node)
+        self._reindex(node)
 
     # ----------------------------------------------------------------------- reservations
 
@@ -111,7 +114,10 @@ class Fleet:
             return
         self.reservations[key] = (node_id, indices)
         self._reserved_on.setdefault(node_id, {})[key] = indices
-        self._reindex(node_id)
+        node = self.nodes.get(node_id)
+        if node is not None:
+            node.free.difference_update(indices)
+            self._reindex(node)
 
     def release(self, key: AttemptKey) -> None:
         held = self.reservations.pop(key, None)
@@ -119,18 +125,20 @@ class Fleet:
             return
         node_id, _ = held
         self._reserved_on.get(node_id, {}).pop(key, None)
-        self._reindex(node_id)
+        node = self.nodes.get(node_id)
+        if node is not None:
+            # Recomputed rather than added back: another attempt may hold the same index.
+            self._recompute_free(node)
+            self._reindex(node)
 
     # ----------------------------------------------------------------------- queries
 
     def free_indices(self, node_id: str, model: str | None = None) -> list[int]:
         """Indices free on the node (reported free, not reserved), of ``model`` if given."""
         node = self.nodes[node_id]
-        free = set(node.gpus) if node.reported_free is None else set(node.reported_free)
-        free &= set(node.gpus)
-        for indices in self._reserved_on.get(node_id, {}).values():
-            free.difference_update(indices)
-        return sorted(i for i in free if model is None or node.gpus[i].model == model)
+        if model is None:
+            return sorted(node.free)
+        return [i for i in node.by_model.get(model, ()) if i in node.free]
 
     def models_by_vram(self) -> list[str]:
         """GPU models in the fleet, smallest memory first (then by name)."""
@@ -150,8 +158,17 @@ class Fleet:
 
     # ----------------------------------------------------------------------- index
 
-    def _reindex(self, node_id: str) -> None:
-        node = self.nodes.get(node_id)
+    def _recompute_free(self, node: NodeState) -> None:
+        free = set(node.gpus)
+        if node.reported_free is not None:
+            free.intersection_update(node.reported_free)
+        for indices in self._reserved_on.get(node.node_id, {}).values():
+            free.difference_update(indices)
+        node.free = free
+
+    def _reindex(self, node: NodeState) -> None:
+        """Move the node to the buckets of its current free counts (end of each bucket)."""
+        node_id = node.node_id
         old = self._indexed.pop(node_id, {})
         for model, count in old.items():
             bucket = self._index.get(model, {}).get(count)
@@ -159,10 +176,10 @@ class Fleet:
                 bucket.pop(node_id, None)
                 if not bucket:
                     del self._index[model][count]
-        if node is None or not node.registered or node.drained:
+        if not node.registered or node.drained:
             return
         new: dict[str, int] = {}
-        free = self.free_indices(node_id)
+        free = node.free
         for model, indices in node.by_model.items():
             count = sum(1 for i in indices if i in free)
             new[model] = count

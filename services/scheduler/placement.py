@@ -15,7 +15,7 @@ retry decision said to avoid are never chosen.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from projections.fit import gpu_model_matches
 from schemas.spec import JobSpec
@@ -78,12 +78,14 @@ def _rank(prefs: tuple[str, ...], value: str) -> int:
     return prefs.index(value) if value in prefs else len(prefs)
 
 
-def _eligible(node: NodeState, request: PlacementRequest, now: datetime, timeout_s: float) -> bool:
+def _eligible(node: NodeState, request: PlacementRequest, heard_since: datetime) -> bool:
+    """Not avoided, not drained, and heard from at or after ``heard_since`` (now - timeout)."""
     return (
         node.node_id not in request.avoid_nodes
         and node.provider not in request.avoid_providers
         and not node.drained
-        and node.alive(now, timeout_s)
+        and node.last_seen is not None
+        and node.last_seen >= heard_since
     )
 
 
@@ -94,8 +96,9 @@ def place(
 
     Reads ``fleet`` without changing it; the caller reserves the result.
     """
+    heard_since = now - timedelta(seconds=node_timeout_s)  # live: heard from since then
     if request.gpus == 0:
-        return _place_without_gpus(fleet, request, now, node_timeout_s)
+        return _place_without_gpus(fleet, request, heard_since)
     for model in fleet.models_by_vram():
         if request.gpu_models and not any(gpu_model_matches(w, model) for w in request.gpu_models):
             continue
@@ -106,7 +109,7 @@ def place(
         for count in sorted(c for c in buckets if c >= request.gpus):
             for node_id in buckets[count]:
                 node = fleet.nodes[node_id]
-                if not _eligible(node, request, now, node_timeout_s):
+                if not _eligible(node, request, heard_since):
                     continue
                 if node.vram_gb(model) < request.vram_gb:
                     continue
@@ -129,7 +132,7 @@ def place(
 
 
 def _place_without_gpus(
-    fleet: Fleet, request: PlacementRequest, now: datetime, timeout_s: float
+    fleet: Fleet, request: PlacementRequest, heard_since: datetime
 ) -> Placement | None:
     """A CPU-only job: the preferred live node with the fewest free GPUs."""
     candidates = [
@@ -140,7 +143,7 @@ def _place_without_gpus(
             n.node_id,
         )
         for n in fleet.nodes.values()
-        if n.registered and _eligible(n, request, now, timeout_s)
+        if n.registered and _eligible(n, request, heard_since)
     ]
     if not candidates:
         return None

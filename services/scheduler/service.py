@@ -15,13 +15,16 @@ import logging
 import socket
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from aiokafka import TopicPartition
 
+from schemas import codec
 from schemas.events import Event
 from services.ledger import Ledger
-from services.scheduler.core import SchedulerConfig, SchedulerState
+from services.scheduler.core import FOLDED_TYPE_NAMES, SchedulerConfig, SchedulerState
 from services.scheduler.inventory import FitChecker
+from services.scheduler.outbox import append_batched
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,9 @@ class Scheduler:
         self.ready = asyncio.Event()
         """Set once the state is rebuilt from the topics and live decisions started."""
         self.placements = 0
+        self.skipped_own = 0
+        """Own decisions read back and skipped without decoding (see the module docstring)."""
+        self._own: set[tuple[str, int, int]] = set()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> Scheduler:
@@ -117,9 +123,19 @@ class Scheduler:
             consumer.resume(*consumer.assignment())
 
     async def _observe(self, batch) -> bool:  # type: ignore[no-untyped-def]
+        """Fold a batch; True when anything but the scheduler's own decisions was in it."""
         seen = False
+        own = self._own
         for raws in batch.values():
             for raw in raws:
+                if own:
+                    position = (raw.topic, raw.partition, raw.offset)
+                    if position in own:
+                        own.discard(position)
+                        self.skipped_own += 1
+                        continue
+                if not _folded(raw):
+                    continue
                 record = await self.ledger.decode(raw, "scheduler")
                 if record is not None and isinstance(record.value, Event):
                     self.state.observe(record.value)
@@ -129,8 +145,18 @@ class Scheduler:
     async def _decide(self) -> None:
         events = self.state.decide(utcnow())
         if events:
-            await self.ledger.append_many(events)
+            # Every position is known before the next getmany: this task is the only reader.
+            appended = await append_batched(self.ledger, events)
+            self._own.update((a.topic, a.partition, a.offset) for a in appended)
             self.placements += sum(1 for e in events if e.type == "AttemptScheduled")
+
+
+def _folded(raw: Any) -> bool:
+    """False when the record's type header names an event the scheduler ignores."""
+    for name, value in raw.headers or ():
+        if name == codec.HEADER_TYPE:
+            return bytes(value).decode(errors="replace") in FOLDED_TYPE_NAMES
+    return True  # no type header: decode it and let the codec judge
 
 
 def build_scheduler(settings: Settings) -> Scheduler:

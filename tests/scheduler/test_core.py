@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from schemas.events import (
+    AttemptAccepted,
     AttemptLost,
     AttemptScheduled,
     CancelRequested,
@@ -17,11 +18,12 @@ from schemas.events import (
     NoCapacity,
     NodeHeartbeat,
     NodeRegistered,
+    ProcessExited,
     RetryScheduled,
 )
 from schemas.spec import JobSpec
 from schemas.types import CheckpointRef, GpuDevice
-from services.scheduler.core import SchedulerConfig, SchedulerState
+from services.scheduler.core import FOLDED_TYPE_NAMES, SchedulerConfig, SchedulerState
 from services.scheduler.inventory import check_fit_against
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -207,3 +209,41 @@ def test_a_job_cancelled_before_its_preflight_or_retry_is_not_queued() -> None:
         job_id="j", attempt=1, occurred_at=T0, next_attempt=2, delay_s=0, not_before=T0
     )
     assert run(s, retry) == []
+
+
+def test_the_folded_types_are_the_ones_the_service_may_not_skip() -> None:
+    """The service skips records of other types unread (by header); this list is the contract."""
+    assert {
+        "NodeRegistered",
+        "NodeHeartbeat",
+        "NodeDrained",
+        "CheckpointStored",
+        "JobSubmitted",
+        "JobQueued",
+        "AttemptScheduled",
+        "ComputeReleased",
+        "AttemptLost",
+        "DispatchTimedOut",
+        "RetryScheduled",
+        "NoCapacity",
+        "CancelRequested",
+        "JobSucceeded",
+        "JobSucceededWithErrors",
+        "JobFailed",
+        "JobCancelled",
+        "JobRejected",
+    } == FOLDED_TYPE_NAMES
+
+
+def test_events_of_other_types_change_nothing() -> None:
+    s = state()
+    run(s, node("a", count=2), submit("j1"), submit("j2"))
+    before = (dict(s.fleet.reservations), list(s.queue), {j: e.phase for j, e in s.jobs.items()})
+    others = [
+        AttemptAccepted(job_id="j1", attempt=1, occurred_at=T0, node_id="a"),
+        ProcessExited(job_id="j1", attempt=1, occurred_at=T0, exit_code=1),
+    ]
+    assert all(type(e).__name__ not in FOLDED_TYPE_NAMES for e in others)
+    assert run(s, *others) == []
+    after = (dict(s.fleet.reservations), list(s.queue), {j: e.phase for j, e in s.jobs.items()})
+    assert after == before
