@@ -31,6 +31,12 @@ def register(subparsers: Any) -> None:
         help="seconds to wait for the sink to reach the ledger's end (default 10)",
     )
     p.add_argument("--keep-scratch", action="store_true", help="keep the scratch schema")
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="processes that rebuild the jobs, each on whole partitions (default: one per core)",
+    )
     p.add_argument("--json", action="store_true", help="with --job: print JSON")
     p.set_defaults(handler=run_replay)
 
@@ -47,6 +53,7 @@ def run_replay(args: argparse.Namespace) -> int:
         strict=args.strict,
         catch_up_s=args.catch_up,
         keep_scratch=args.keep_scratch,
+        workers=args.workers,
     )
     for line in report.lines():
         if line in ("VERIFIED", "FAILED"):

@@ -7,10 +7,12 @@
    the records below the snapshot offsets to fresh tables in the scratch schema
    with the sink's own writer (the same pure functions: job_state, accounting).
 4. Compare rebuilt and live tables row by row (SQL ``EXCEPT`` both ways).
-5. Compare the compacted job-state topic with the fold of each job's history.
-6. Re-derive the decisions with ``projections.decisions.react_all`` and report
-   where they differ from the recorded ones ("decision drift": informational
-   unless ``strict``).
+5. Rebuild every job in memory (:func:`services.replay.rebuild.rebuild`, one
+   worker process per core, each on whole partitions): compare the compacted
+   job-state topic with the fold of each job's history, and re-derive the
+   decisions with ``projections.decisions.react_all`` to report where they
+   differ from the recorded ones ("decision drift": informational unless
+   ``strict``).
 """
 
 from __future__ import annotations
@@ -18,24 +20,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 from aiokafka import TopicPartition
 
-from projections import job_state
-from schemas.events import Event
-from schemas.views import JobView
 from services.ledger.client import Ledger, LedgerRecord
 from services.replay.compare import COMPARED_TABLES, RowDifference, compare_table
-from services.replay.decisions import DecisionDrift, decision_drift
+from services.replay.decisions import DecisionDrift
+from services.replay.rebuild import NOT_A_VIEW, Options, Rebuilt, rebuild
 from services.settings import Settings
 from services.sink import db
 from services.sink.consumer import CONSUMER_NAME, Sink, store_offsets, stored_offsets
 from services.sink.migrate import apply_migrations
-from services.sink.writer import CONSUMED_TOPICS, ReadModelWriter, new_view
+from services.sink.writer import CONSUMED_TOPICS, ReadModelWriter
 
 CHUNK = 1000
 
@@ -101,8 +100,12 @@ async def verify(
     strict: bool = False,
     catch_up_s: float = 10.0,
     keep_scratch: bool = False,
+    workers: int | None = None,
 ) -> VerifyReport:
-    """Rebuild the read models from the ledger and compare them with ``live_schema``."""
+    """Rebuild the read models from the ledger and compare them with ``live_schema``.
+
+    ``workers``: processes for the in-memory rebuild (default one per core; 1: in-process).
+    """
     live = db.check_schema(live_schema or settings.pg_schema)
     scratch = f"replay_{secrets.token_hex(4)}"
     report = VerifyReport(strict=strict)
@@ -125,14 +128,11 @@ async def verify(
             if snapshot.get(tp, 0) < end:
                 report.lag[f"{tp.topic}/{tp.partition}"] = end - snapshot.get(tp, 0)
 
-        histories: dict[str, list[Event]] = defaultdict(list)
         writer = ReadModelWriter(settings)
         for suffix in CONSUMED_TOPICS:
             topic = settings.topic(suffix)
             pending: list[LedgerRecord] = []
             async for record in ledger.read_partitions(topic, consumer_name="replay"):
-                if suffix == "job-events" and isinstance(record.value, Event):
-                    histories[record.key].append(record.value)
                 if record.offset < snapshot.get(TopicPartition(topic, record.partition), 0):
                     pending.append(record)
                     report.records += 1
@@ -140,7 +140,6 @@ async def verify(
                     await _apply(scratch_pool, writer, pending)
                     pending = []
             await _apply(scratch_pool, writer, pending)
-        report.jobs = len(histories)
 
         async with scratch_pool.acquire() as conn:
             for table in COMPARED_TABLES:
@@ -148,8 +147,11 @@ async def verify(
                 report.table_counts[table] = count
                 report.differences += diffs
 
-        await _compare_job_state(ledger, histories, report)
-        report.drift = decision_drift(histories)
+        options = Options(decisions=True, compare_published=True, keep_models=False)
+        rebuilt = await rebuild(settings, options, workers=workers)
+        report.jobs = len(rebuilt.statuses)
+        _compare_job_state(rebuilt, report)
+        report.drift = rebuilt.all_drift()
     finally:
         await live_pool.close()
         await scratch_pool.close()
@@ -183,34 +185,21 @@ async def _apply(pool: asyncpg.Pool, writer: ReadModelWriter, records: list[Ledg
         await store_offsets(conn, "replay", offsets)
 
 
-async def _compare_job_state(
-    ledger: Ledger, histories: dict[str, list[Event]], report: VerifyReport
-) -> None:
+def _compare_job_state(rebuilt: Rebuilt, report: VerifyReport) -> None:
     """The job-state topic's latest view per job against the fold of the job's history."""
-    views: dict[str, JobView | None] = {}
-    async for record in ledger.read_partitions(
-        ledger.settings.topic("job-state"), consumer_name="replay"
-    ):
-        views[record.key] = record.value if isinstance(record.value, JobView) else None
-    if not views:
-        if histories:
+    if not rebuilt.published:
+        if rebuilt.statuses:
             report.job_state_notes.append(
                 "the job-state topic is empty: no state processor has run on this ledger"
             )
         return
     behind = 0
-    for job_id, view in sorted(views.items()):
-        if view is None:
-            continue
-        if job_id not in histories:
-            report.job_state_differences.append(f"{job_id}: a view without any job event")
-            continue
-        verdict = _judge(view, histories[job_id])
+    for job_id, verdict in rebuilt.published.items():
         if verdict == "behind":
             behind += 1
-        elif verdict != "equal":
+        elif verdict not in ("equal", NOT_A_VIEW):
             report.job_state_differences.append(f"{job_id}: {verdict}")
-    missing = sorted(set(histories) - set(views))
+    missing = sorted(set(rebuilt.statuses) - set(rebuilt.published))
     if missing:
         report.job_state_notes.append(
             f"{len(missing)} job(s) have no view on the job-state topic yet (processor lag): "
@@ -220,27 +209,6 @@ async def _compare_job_state(
         report.job_state_notes.append(
             f"{behind} view(s) match an earlier point of their history (processor lag)"
         )
-
-
-def _judge(view: JobView, history: list[Event]) -> str:
-    """'equal', 'behind' (the view is the fold of a prefix of the history) or what differs."""
-    folded: JobView | None = new_view(view.job_id)
-    matched = False
-    for event in history:
-        folded = job_state.evolve(folded, event)
-        matched = matched or folded == view
-    if folded == view:
-        return "equal"
-    if matched:
-        return "behind"
-    if folded is None:
-        return "no job event of this job could be folded"
-    diff = [
-        name
-        for name in JobView.model_fields
-        if name != "applied_event_ids" and getattr(view, name) != getattr(folded, name)
-    ]
-    return "the published view differs from the rebuilt one in " + ", ".join(diff or ["ids"])
 
 
 def run(settings: Settings, **kwargs: Any) -> VerifyReport:
