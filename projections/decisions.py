@@ -19,7 +19,7 @@ from typing import TypedDict
 from projections.evidence import ENDING_EVENTS, trigger_for
 from projections.failures import Classification, classify
 from projections.history import first, is_clean_success, is_job_event, of_type, unique
-from projections.job_state import project
+from projections.job_state import evolve, project
 from projections.retry import DEFAULT_POLICY, RetryPolicy, decide
 from schemas.events import (
     CancelRequested,
@@ -233,8 +233,17 @@ def react_all(events: Sequence[Event], policy: RetryPolicy = DEFAULT_POLICY) -> 
     the derived events it holds (see :func:`verify`).
     """
     out: list[Event] = []
+    view: JobView | None = None
+    seen: set[str] = set()
     for i, event in enumerate(events):
-        out += react(events[: i + 1], event, policy)
+        # Fold on as we go instead of letting react() re-fold every prefix (quadratic).
+        # A redelivered event is judged as of its first occurrence: react() folds that.
+        first = event.event_id not in seen
+        if first:
+            seen.add(event.event_id)
+            if is_job_event(event):
+                view = evolve(view, event)
+        out += react(events[: i + 1], event, policy, view=view if first else None)
     return out
 
 

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from projections.accounting import account
-from projections.decisions import classifier_step, decider_step, react
+from projections.decisions import classifier_step, decider_step, react, react_all
 from projections.history import is_job_event, unique
 from projections.job_state import evolve, project
 from schemas.events import Event
@@ -80,3 +80,19 @@ def test_a_given_view_gives_the_same_output_on_unreliable_delivery(
     if data.draw(st.booleans()):
         events = data.draw(st.permutations(events))
     _check(events, h.ticks)
+    assert react_all(events) == _react_each_prefix(events)
+
+
+def _react_each_prefix(events: Sequence[Event]) -> list[Event]:
+    """react_all's definition, folding every prefix from scratch."""
+    out: list[Event] = []
+    for i, event in enumerate(events):
+        out += react(events[: i + 1], event)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(scenarios.SCENARIOS))
+def test_react_all_folding_on_equals_reacting_to_each_prefix(name: str) -> None:
+    events = scenarios.SCENARIOS[name]().events
+    for history in (events, [*events, *events[::2]], events[::-1]):
+        assert react_all(history) == _react_each_prefix(history)
