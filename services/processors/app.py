@@ -1,4 +1,4 @@
-"""The stream processors as faust agents (faust-streaming 0.15.3), one app per worker.
+"""The stream processors as one faust agent (faust-streaming 0.15.3) per worker.
 
 Processors (``--only`` picks a subset; each subset is its own consumer group):
 
@@ -9,11 +9,18 @@ Processors (``--only`` picks a subset; each subset is its own consumer group):
   (FailureClassified, RetryScheduled, the terminal event).
 - ``accounting``: job-events + meter-ticks -> ``projections.accounting.account`` -> ``accounting``.
 
+One agent consumes every topic the chosen processors read (job-events, plus
+heartbeats for the watchdog and meter-ticks for accounting) and hands each batch
+to :class:`.step.Step`, which offers every record to each chosen processor: a
+record goes through faust once and is decoded once, and the batch's sends are
+awaited once. (Earlier there was one agent per processor on the same topic;
+faust's per-record delivery then cost more than the processors themselves.)
+
 faust is used for what it is good at here (group membership, partition
 assignment, per-partition ordered delivery, offset commits after the agent moved
 on); its exactly-once mode, tables and changelogs are not used. Topics are
 declared with their real partition counts and ``internal=False`` so faust never
-creates them; values are raw bytes decoded with the one codec. Each agent runs
+creates them; values are raw bytes decoded with the one codec. The agent runs
 with ``concurrency=1``. Correctness across crashes comes from deterministic
 event ids and from the :class:`.store.JobStore` rebuild, not from faust.
 """
@@ -21,59 +28,31 @@ event ids and from the :class:`.store.JobStore` rebuild, not from faust.
 from __future__ import annotations
 
 import asyncio
-import bisect
-import itertools
 import logging
 import re
 import socket
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from types import SimpleNamespace
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 import faust
-from aiokafka.errors import KafkaError
-from pydantic import BaseModel
 
-from schemas import codec
-from schemas.errors import EventDecodeError, LedgerError
-from schemas.events import AttemptHeartbeat, Event, MeterTick
-from schemas.views import JobView
+from schemas.events import Event
 from services.ledger import Ledger
 from services.ledger.client import partition_for
-from services.processors import dispatch, watchdog
-from services.processors.store import LOCAL, JobStore
+from services.processors import watchdog
+from services.processors.step import Batch, Step, utcnow
+from services.processors.store import JobStore
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
 
 PROCESSORS = ("dispatch", "state", "watchdog", "classifier", "accounting")
 
-BATCH_MAX = 500
-"""Records an agent takes at once; their side effects are awaited together."""
+BATCH_MAX = 1000
+"""Records the agent takes at once; their side effects are awaited together."""
 BATCH_WITHIN_S = 0.02
-"""How long an agent waits to fill a batch (added latency at low traffic)."""
-DECODE_CACHE = 20_000
-"""Decoded records kept so the worker's agents decode each record once."""
-
-
-@dataclass
-class Batch:
-    """What one agent's batch leads to: sends in flight and views to publish."""
-
-    pending: list[asyncio.Future[Any]] = field(default_factory=list)
-    views: dict[str, int] = field(default_factory=dict)
-    """Job -> offset of its latest job-event in the batch (state)."""
-    accounts: set[str] = field(default_factory=set)
-    """Jobs whose accounting record changed (accounting)."""
-
-
-Handler = Callable[[str, int, Event, Batch], Awaitable[None]]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+"""How long the agent waits to fill a batch (added latency at low traffic)."""
 
 
 def app_id_for(settings: Settings, only: Iterable[str]) -> str:
@@ -84,8 +63,18 @@ def app_id_for(settings: Settings, only: Iterable[str]) -> str:
     return name if chosen == sorted(PROCESSORS) else f"{name}-{'-'.join(chosen)}"
 
 
+def topics_for(only: Iterable[str]) -> tuple[str, ...]:
+    """Topic suffixes the chosen processors consume."""
+    chosen = set(only)
+    return (
+        "job-events",
+        *(("heartbeats",) if "watchdog" in chosen else ()),
+        *(("meter-ticks",) if "accounting" in chosen else ()),
+    )
+
+
 class Processors:
-    """A faust app with the chosen processors' agents; built by :func:`build_processors`."""
+    """A faust app with one agent for the chosen processors; built by :func:`build_processors`."""
 
     def __init__(self, settings: Settings, only: Iterable[str], app_id: str | None = None) -> None:
         chosen = tuple(p for p in PROCESSORS if p in set(only))
@@ -99,6 +88,9 @@ class Processors:
         self.app_id = app_id or app_id_for(settings, chosen)
         self.ledger = Ledger(settings, f"processors-{socket.gethostname()}")
         self.store = JobStore(self.ledger, with_ticks="accounting" in chosen)
+        self.step = Step(
+            settings, self.ledger, self.store, chosen, f"processors/{'+'.join(chosen)}"
+        )
         self.thresholds = watchdog.Thresholds(
             silence_s=settings.watchdog_silence_s,
             lost_after_s=settings.watchdog_lost_after_s,
@@ -107,10 +99,6 @@ class Processors:
         )
         self._dirty: set[str] = set()
         self._watches: dict[str, watchdog.Watch] = {}
-        self._views: dict[tuple[str, str], tuple[float, JobView]] = {}
-        """(agent, job) -> (offset, view as of that offset); one cache per agent, so agents
-        at different offsets of the same job do not make each other fold from scratch."""
-        self._decoded: dict[tuple[str, int, int], Event | None] = {}
         self._beaten: set[str] = set()
         self._bases: dict[str, watchdog.Watch] = {}
         if "watchdog" in chosen:
@@ -122,14 +110,14 @@ class Processors:
         """Set when a processor failed; the worker must stop without a graceful commit."""
         self.error: BaseException | None = None
 
-    async def _fail(self, name: str, exc: Exception) -> None:
+    async def _fail(self, exc: Exception) -> None:
         """Crash-only: never return, so faust never acks (and commits) the failed batch.
 
         Leaving the loop body with an exception would close ``take_events``, which acks
         the batch in its ``finally``. The owner of the worker (the CLI) sees
         :attr:`crashed` and exits at once; the next worker re-processes the batch.
         """
-        log.exception("processor %s failed; stopping this worker", name, exc_info=exc)
+        log.exception("processors %s failed; stopping this worker", self.only, exc_info=exc)
         self.error = exc
         self.crashed.set()
         await asyncio.Event().wait()
@@ -160,30 +148,31 @@ class Processors:
             # faust keeps a data folder per app; under the home, not the working directory.
             datadir=str(s.home / "faust" / "{conf.id}-data"),
         )
+        # One channel over every topic the chosen processors read: each record is
+        # delivered (and acked) once, whatever the number of processors.
+        channel = app.topic(
+            *(s.topic(suffix) for suffix in topics_for(self.only)),
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=s.job_partitions,
+            internal=False,
+        )
+        step = self.step
 
-        def topic(suffix: str) -> faust.TopicT:
-            return app.topic(
-                s.topic(suffix),
-                key_type=bytes,
-                value_type=bytes,
-                key_serializer="raw",
-                value_serializer="raw",
-                partitions=s.job_partitions,
-                internal=False,
-            )
+        async def process(stream: faust.StreamT) -> None:
+            # faust acks a batch from take_events only after this body returns, so every
+            # append and publish of the batch is on the broker before its offsets commit.
+            async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):  # type: ignore[attr-defined]
+                try:
+                    await step.run([event.message for event in events])
+                except Exception as exc:
+                    await self._fail(exc)
 
-        job_events = topic("job-events")
-        # One agent per processor, so a slow one does not hold the others back.
-        owner = True
-        for name in self.only:
-            handler = getattr(self, f"_on_job_event_{name}", None)
-            self._agent(app, job_events, f"{name}-job-events", handler, owner)
-            owner = False
+        app.agent(channel, name="processors", concurrency=1)(process)
         if "watchdog" in self.only:
-            self._agent(app, topic("heartbeats"), "watchdog-heartbeats", None, True)
             app.timer(interval=s.watchdog_tick_s, name="watchdog-timer")(self._watchdog_tick)
-        if "accounting" in self.only:
-            self._agent(app, topic("meter-ticks"), "accounting-meter-ticks", None, True)
 
         @app.on_partitions_revoked.connect  # type: ignore[misc, arg-type]
         async def _revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
@@ -193,169 +182,7 @@ class Processors:
 
         return app
 
-    def _agent(
-        self,
-        app: faust.App,
-        channel: faust.TopicT,
-        name: str,
-        handler: Handler | None,
-        dead_letters: bool,
-    ) -> None:
-        async def process(stream: faust.StreamT) -> None:
-            # faust acks a batch from take_events only after this body returns, so every
-            # append and publish of the batch is on the broker before its offsets commit.
-            async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):  # type: ignore[attr-defined]
-                try:
-                    batch = Batch()
-                    for event in events:
-                        await self._process(event.message, handler, name, dead_letters, batch)
-                    await self._flush(batch)
-                except Exception as exc:
-                    await self._fail(name, exc)
-
-        app.agent(channel, name=name, concurrency=1)(process)
-
-    async def _decode(self, message: Any, name: str, dead_letters: bool) -> Event | None:
-        """Decode once per record for all agents of this worker; one of them dead-letters."""
-        where = (message.topic, message.partition, message.offset)
-        if where in self._decoded:
-            return self._decoded[where]
-        raw = SimpleNamespace(
-            topic=message.topic,
-            partition=message.partition,
-            offset=message.offset,
-            key=message.key,
-            value=message.value,
-            timestamp=int((message.timestamp or 0) * 1000),
-        )
-        value: Any
-        if dead_letters:
-            record = await self.ledger.decode(raw, f"processors/{name}")
-            value = record.value if record is not None else None
-        else:
-            try:
-                value = codec.decode(raw.value) if raw.value is not None else None
-            except EventDecodeError:
-                return None  # the owning agent dead-letters it
-        event = value if isinstance(value, Event) else None
-        self._decoded[where] = event
-        if len(self._decoded) > DECODE_CACHE:
-            for key in list(itertools.islice(self._decoded, DECODE_CACHE // 4)):
-                del self._decoded[key]
-        return event
-
-    async def _process(
-        self, message: Any, handler: Handler | None, name: str, dead_letters: bool, batch: Batch
-    ) -> None:
-        value = await self._decode(message, name, dead_letters)
-        if value is None:
-            return
-        await self.store.ensure(message.partition, utcnow())
-        if isinstance(value, AttemptHeartbeat):
-            self.store.add_heartbeat(value)
-        elif isinstance(value, MeterTick):
-            self.store.add_tick(value)
-            batch.accounts.add(value.job_id)
-        else:
-            self.store.add(value.job_id, message.offset, value)
-            if handler is not None:
-                await handler(value.job_id, message.offset, value, batch)
-
-    async def _flush(self, batch: Batch) -> None:
-        """Publish the batch's views once per job, then wait for every send of the batch."""
-        from projections.accounting import account
-
-        for job_id, offset in batch.views.items():
-            batch.pending.append(
-                await self._send_view("job-state", job_id, self._view(job_id, offset, "state"))
-            )
-        for job_id in batch.accounts:
-            job = self.store.log(job_id)
-            if job.events:  # ticks before the submission was read wait for the next job-event
-                view = self._latest_view(job_id, "accounting")
-                record = account(job.read(), list(job.ticks.values()), view=view)
-                batch.pending.append(await self._send_view("accounting", job_id, record))
-        for future in batch.pending:
-            try:
-                await future
-            except KafkaError as exc:
-                raise LedgerError(f"the broker did not acknowledge an append: {exc}") from exc
-
-    async def _send_view(self, suffix: str, key: str, value: BaseModel) -> asyncio.Future[Any]:
-        return await self.ledger.producer.send(
-            self.settings.topic(suffix),
-            value=codec.encode(value),
-            key=key.encode(),
-            headers=codec.headers(value),
-        )
-
-    def _view(self, job_id: str, offset: float, agent: str) -> JobView:
-        """The job's view as of ``offset`` (a read offset, not LOCAL), folded on from the
-        ``agent``'s last one when possible."""
-        from projections.job_state import evolve, project
-
-        job = self.store.log(job_id)
-        cached = self._views.get((agent, job_id))
-        if cached is None or cached[0] > offset:
-            view = project(job.prefix(offset))
-        else:
-            view = cached[1]
-            for event in job.between(cached[0], offset):
-                view = evolve(view, event)
-        self._views[(agent, job_id)] = (offset, view)
-        return view
-
-    def _latest_view(self, job_id: str, agent: str) -> JobView:
-        """The view of every known event of the job (``project(job.read())``), including
-        this process's appends not yet read back, which are folded on but not cached."""
-        from projections.job_state import evolve, project
-
-        job = self.store.log(job_id)
-        read = bisect.bisect_left(job.offsets, LOCAL)
-        if read == 0:
-            return project(job.read())
-        view = self._view(job_id, job.offsets[read - 1], agent)
-        for event in job.events[read:]:
-            view = evolve(view, event)
-        return view
-
-    # ----------------------------------------------------------------------- processors
-
-    async def _on_job_event_state(
-        self, job_id: str, offset: int, event: Event, batch: Batch
-    ) -> None:
-        batch.views[job_id] = max(offset, batch.views.get(job_id, offset))
-
-    async def _on_job_event_accounting(
-        self, job_id: str, offset: int, event: Event, batch: Batch
-    ) -> None:
-        batch.accounts.add(job_id)
-
-    async def _on_job_event_classifier(
-        self, job_id: str, offset: int, event: Event, batch: Batch
-    ) -> None:
-        from projections.decisions import react
-
-        job = self.store.log(job_id)
-        # react judges the event as of its first occurrence (a redelivered event is judged
-        # as it was the first time), so the view is the one as of that offset, never later.
-        at = job.ids.get(event.event_id, offset)
-        view = self._view(job_id, at, "classifier") if at <= offset else None
-        await self._append_new(job_id, react(job.prefix(offset), event, view=view), batch)
-
-    async def _on_job_event_dispatch(
-        self, job_id: str, offset: int, event: Event, batch: Batch
-    ) -> None:
-        job = self.store.log(job_id)
-        for command in dispatch.commands_for(job.prefix(offset), job.read(), event, utcnow()):
-            node_id = getattr(command, "node_id", "")
-            future = await self.ledger.producer.send(
-                self.settings.topic("node-commands"),
-                value=codec.encode(command),
-                key=node_id.encode(),
-                headers=codec.headers(command),
-            )
-            batch.pending.append(future)
+    # ----------------------------------------------------------------------- watchdog
 
     async def _watchdog_tick(self) -> None:
         if self.crashed.is_set():
@@ -378,7 +205,7 @@ class Processors:
         while self._dirty:
             job_id = self._dirty.pop()
             floor = self.store.loaded_at.get(partition_for(job_id, partitions))
-            base = watchdog.watch_of(self.store.log(job_id).read(), None, floor)
+            base = watchdog.watch_of(self.store.log(job_id).events, None, floor)
             if base is None:
                 self._bases.pop(job_id, None)
             else:
@@ -392,33 +219,13 @@ class Processors:
                 self._watches.pop(job_id, None)
             else:
                 self._watches[job_id] = found
+        batch = Batch()
         for job_id, watch in list(self._watches.items()):
-            due = watchdog.overdue(watch, now, self.thresholds)
+            due: list[Event] = watchdog.overdue(watch, now, self.thresholds)
             if due:
-                await self._append_new(job_id, due)
-
-    async def _append_new(
-        self, job_id: str, events: list[Event], batch: Batch | None = None
-    ) -> None:
-        """Append the events this job's log does not hold yet (by id)."""
-        job = self.store.log(job_id)
-        new = [e for e in events if not job.has(e.event_id)]
-        if not new:
-            return
-        if batch is None:
-            await self.ledger.append_many(new)
-        else:
-            for event in new:
-                batch.pending.append(
-                    await self.ledger.producer.send(
-                        self.ledger.topic_of(event),
-                        value=codec.encode(event),
-                        key=event.key.encode(),
-                        headers=codec.headers(event),
-                    )
-                )
-        for event in new:
-            self.store.add(job_id, LOCAL, event)
+                self.step.append_new(job_id, due, batch)
+        if batch.sends:
+            await self.step.flush(batch)
 
     # ----------------------------------------------------------------------- lifecycle
 

@@ -20,20 +20,19 @@ from schemas.events import (
     AttemptScheduled,
     CancelRequested,
     ComputeReleased,
-    DispatchTimedOut,
     Event,
     derived_event_id,
 )
+from services.processors.watchdog import attempt_ended
 
 PROCESSOR = "dispatch"
 
-_ENDED: tuple[type[Event], ...] = (ComputeReleased, AttemptLost, DispatchTimedOut, *TERMINAL_EVENTS)
-
 
 def _attempt_over(events: Sequence[Event], attempt: int) -> bool:
-    return any(
-        isinstance(e, _ENDED) and (e.attempt == attempt or isinstance(e, TERMINAL_EVENTS))
-        for e in events
+    """The job ended, or the attempt did (a stale DispatchTimedOut after the node
+    accepted it does not end it: a cancel must still reach that node)."""
+    return any(isinstance(e, TERMINAL_EVENTS) for e in events) or attempt_ended(
+        events, attempt, ends=(ComputeReleased, AttemptLost)
     )
 
 

@@ -274,9 +274,7 @@ class SimFleet:
             if node.lost:
                 return
             if outcome == Outcome.NODE_LOST and loop.time() - began >= duration / 2:
-                node.lost = True  # the whole node goes silent, attempts included
-                self.stats.lost_nodes += 1
-                self.stats.finished[outcome] = self.stats.finished.get(outcome, 0) + 1
+                self._lose(node)
                 return
             now = utcnow()
             step += 1
@@ -287,5 +285,19 @@ class SimFleet:
                     *facts.due_ticks(now),
                 ]
             )
+        if node.lost:
+            return  # another attempt's loss silenced the node while these facts were sent
+        if outcome == Outcome.NODE_LOST:
+            # An overloaded simulator can wake up past the whole duration before the
+            # halfway check: the node still goes silent, it never exits with an error.
+            self._lose(node)
+            return
         await self.emit(facts.finish(utcnow(), outcome))
         self._free(node, key, outcome.value)
+
+    def _lose(self, node: SimNode) -> None:
+        """The whole node goes silent: no more node or attempt heartbeats, no more facts."""
+        node.lost = True
+        self.stats.lost_nodes += 1
+        outcome = Outcome.NODE_LOST
+        self.stats.finished[outcome] = self.stats.finished.get(outcome, 0) + 1

@@ -77,3 +77,38 @@ def test_mix_parsing() -> None:
     assert [mix.gpu_count(i) for i in range(3)] == [1, 2, 1]
     with pytest.raises(ValueError, match="bad mix entry"):
         JobMix.parse("explode=1")
+
+
+async def test_a_node_lost_attempt_past_its_whole_duration_silences_the_node() -> None:
+    # An overloaded simulator may wake up after the whole duration, before the halfway
+    # check: the node must still go silent, not exit 1 (classified user_process_error).
+    from schemas.spec import JobSpec
+    from services.simulator.fleet import SimFleet
+
+    mix = JobMix.parse("node_lost=1", duration="0-0")
+    fleet = SimFleet(None, 1, mix, heartbeat_interval_s=0.01)  # type: ignore[arg-type]
+    node = next(iter(fleet.nodes.values()))
+    emitted: list[object] = []  # facts go here; no ledger is needed
+
+    async def emit(events: list[object]) -> None:
+        emitted.extend(events)
+
+    fleet.emit = emit  # type: ignore[method-assign, assignment]
+    scheduled = AttemptScheduled(
+        job_id="job-3",
+        attempt=1,
+        occurred_at=END,
+        node_id=node.node_id,
+        gpu_count=1,
+        dispatch_deadline=END,
+        spec=JobSpec(image="x"),
+    )
+    await fleet._run(node, scheduled)  # noqa: SLF001
+    assert node.lost and fleet.stats.lost_nodes == 1
+    assert fleet.stats.finished == {Outcome.NODE_LOST: 1}
+    assert [type(e).__name__ for e in emitted] == [
+        "AttemptAccepted",
+        "ComputeHeld",
+        "ImageResolved",
+        "ContainerStarted",
+    ]

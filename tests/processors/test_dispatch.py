@@ -9,6 +9,7 @@ from schemas.events import (
     AttemptScheduled,
     CancelRequested,
     ComputeReleased,
+    DispatchTimedOut,
     JobSubmitted,
 )
 from schemas.spec import JobSpec
@@ -58,3 +59,17 @@ def test_a_placement_after_a_cancel_carries_the_cancel_along() -> None:
     out = commands_for([SUB, cancel, a1], [SUB, cancel, a1], a1, T0)
     assert [type(e) for e in out] == [AttemptScheduled, CancelRequested]
     assert out[1].node_id == "n1"
+
+
+def test_a_cancel_still_reaches_a_node_whose_dispatch_timeout_was_stale() -> None:
+    a1 = sched(1, "n1")
+    accepted = AttemptAccepted(job_id="j", attempt=1, occurred_at=T0, node_id="n1")
+    stale = DispatchTimedOut(
+        job_id="j", attempt=1, occurred_at=T0, node_id="n1", deadline=T0, causation_id="x"
+    )
+    cancel = CancelRequested(job_id="j", occurred_at=T0)
+    history = [SUB, a1, accepted, stale, cancel]
+    (routed,) = commands_for(history, history, cancel, T0)
+    assert routed.node_id == "n1"
+    timed_out_first = [SUB, a1, stale, cancel]
+    assert commands_for(timed_out_first, timed_out_first, cancel, T0) == []

@@ -220,6 +220,6 @@ async def test_an_undecodable_record_is_dead_lettered_once_and_processing_goes_o
     consumers = [dict(r.headers)[DLQ_CONSUMER].decode() for rs in batch.values() for r in rs]
     # Each live consumer parks the record once (readers of history may park it again).
     assert [c for c in consumers if c.startswith("processors")] == [
-        "processors/dispatch-job-events"
+        "processors/dispatch+state+watchdog+classifier+accounting"
     ]
     assert consumers.count("scheduler") == 1

@@ -110,3 +110,26 @@ def test_folding_heartbeats_incrementally_equals_the_full_fold() -> None:
             assert with_heartbeat(watch_of(history, None, floor), b) == watch_of(
                 history, {1: b}, floor
             )
+
+
+def test_a_dispatch_timeout_after_the_acceptance_ends_nothing_and_silence_still_counts() -> None:
+    # A watchdog behind its input timed the dispatch out after the node had accepted
+    # (2,000-node simulation); the node then went silent. The attempt must still be lost.
+    (stale,) = check([SCHEDULED], 5)
+    history = [SCHEDULED, ACCEPTED, stale]
+    (unresponsive,) = check(history, 6, {1: beat(3, 2)})
+    assert isinstance(unresponsive, AttemptUnresponsive)
+    (lost,) = check([*history, unresponsive], 9, {1: beat(3, 2)})
+    assert isinstance(lost, AttemptLost)
+    assert check([SCHEDULED, stale, ACCEPTED], 100) == []  # timed out first: that counts
+
+
+def test_attempt_ended_follows_the_log_order_of_acceptance_and_timeout() -> None:
+    from services.processors.watchdog import attempt_ended
+
+    (stale,) = check([SCHEDULED], 5)
+    assert attempt_ended([SCHEDULED, stale], 1)
+    assert not attempt_ended([SCHEDULED, ACCEPTED, stale], 1)
+    assert not attempt_ended([SCHEDULED, stale], 2)
+    released = ComputeReleased(job_id="j", attempt=1, occurred_at=s(4), node_id="n")
+    assert attempt_ended([SCHEDULED, ACCEPTED, stale, released], 1)

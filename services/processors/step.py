@@ -1,0 +1,237 @@
+"""One batch of consumed records through every chosen processor (no faust in here).
+
+The worker's single faust agent hands each batch it takes to :meth:`Step.run`.
+Every record is decoded once (an undecodable one is dead-lettered once), added
+to the :class:`.store.JobStore` and offered to each chosen processor in a fixed
+order; the processors only note what the record leads to. Then the batch's
+sends go out: derived events and node commands in the order they were decided,
+each touched job's view once, each touched job's accounting record once; and
+``run`` returns only when the broker acknowledged all of them. The agent acks
+(and faust later commits) the batch only after that, which is what makes the
+worker at-least-once. Handlers are plain functions so a record costs no awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from aiokafka.errors import KafkaError
+from pydantic import BaseModel
+
+from projections.accounting import account
+from projections.decisions import react
+from projections.evidence import ENDING_EVENTS
+from projections.job_state import evolve, project
+from schemas import codec
+from schemas.errors import EventDecodeError, LedgerError
+from schemas.events import (
+    AttemptHeartbeat,
+    AttemptScheduled,
+    CancelRequested,
+    ComputeReleased,
+    Event,
+    FailureClassified,
+    MeterTick,
+)
+from schemas.views import JobView
+from services.ledger import Ledger
+from services.processors import dispatch
+from services.processors.store import LOCAL, JobStore
+from services.settings import Settings
+
+log = logging.getLogger(__name__)
+
+REACTS_TO: tuple[type[Event], ...] = (
+    *ENDING_EVENTS,
+    CancelRequested,
+    ComputeReleased,
+    FailureClassified,
+)
+"""The only events ``projections.decisions.react`` derives anything from (the classifier's
+triggers and the retry decider's inputs); for every other event it returns nothing, so
+the classifier does not call it. tests/processors/test_step.py checks this on whole
+simulated histories."""
+
+
+class Record(Protocol):
+    """What the step reads of a consumed record (a faust ``Message`` has these)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Batch:
+    """What one batch leads to, sent when the whole batch has been read."""
+
+    sends: list[tuple[str, str, BaseModel]] = field(default_factory=list)
+    """(topic, key, value) of derived events and node commands, in decision order."""
+    views: dict[str, int] = field(default_factory=dict)
+    """Job -> offset of its latest job-event in the batch (state)."""
+    accounts: set[str] = field(default_factory=set)
+    """Jobs whose accounting record may have changed (accounting)."""
+
+
+Handler = Callable[[str, int, Event, Batch], None]
+
+
+class Step:
+    """The chosen processors' reaction to a batch of job-events, heartbeats and meter ticks."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        ledger: Ledger,
+        store: JobStore,
+        chosen: Sequence[str],
+        consumer_name: str,
+    ) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.store = store
+        self.consumer_name = consumer_name
+        """Named in the dead-letter headers of what this worker parks."""
+        self.handlers: list[Handler] = [
+            getattr(self, f"_on_{name}") for name in chosen if hasattr(self, f"_on_{name}")
+        ]
+        self._views: dict[str, tuple[float, JobView]] = {}
+        """Job -> (read offset, view as of it): each job-event is folded once."""
+        self._node_commands = settings.topic("node-commands")
+
+    # ----------------------------------------------------------------------- the batch
+
+    async def run(self, records: Sequence[Record]) -> None:
+        """Apply ``records`` (in consumption order) and wait until every send is acked."""
+        batch = Batch()
+        store = self.store
+        handlers = self.handlers
+        for record in records:
+            if record.value is None:
+                continue  # a tombstone: nothing to apply
+            try:
+                value = codec.decode(record.value)
+            except EventDecodeError as exc:
+                await self.ledger.dead_letter(record, exc, self.consumer_name)
+                continue
+            if not isinstance(value, Event):
+                continue
+            if record.partition not in store.loaded_at:
+                await store.ensure(record.partition, utcnow())
+            if isinstance(value, AttemptHeartbeat):
+                store.add_heartbeat(value)
+            elif isinstance(value, MeterTick):
+                store.add_tick(value)
+                # Even a known tick: after a crash the rebuild knows it, but the record
+                # built from it may never have been published.
+                batch.accounts.add(value.job_id)
+            else:
+                store.add(value.job_id, record.offset, value)
+                for handler in handlers:
+                    handler(value.job_id, record.offset, value, batch)
+        await self.flush(batch)
+
+    async def flush(self, batch: Batch) -> None:
+        """Send the batch's events, then each job's view and record once; await every ack."""
+        sends = batch.sends
+        state = self.settings.topic("job-state")
+        for job_id, offset in batch.views.items():
+            sends.append((state, job_id, self.view(job_id, offset)))
+        accounting = self.settings.topic("accounting")
+        for job_id in batch.accounts:
+            job = self.store.log(job_id)
+            if job.events:  # ticks before the submission was read wait for the next job-event
+                record = account(job.events, job.ticks.values(), view=self.latest_view(job_id))
+                sends.append((accounting, job_id, record))
+        producer = self.ledger.producer
+        pending: list[asyncio.Future[Any]] = []
+        try:
+            for topic, key, value in sends:
+                pending.append(
+                    await producer.send(
+                        topic,
+                        value=codec.encode(value),
+                        key=key.encode(),
+                        headers=codec.headers(value),
+                    )
+                )
+            for future in pending:
+                await future
+        except KafkaError as exc:
+            raise LedgerError(f"the broker did not acknowledge an append: {exc}") from exc
+
+    # ----------------------------------------------------------------------- views
+
+    def view(self, job_id: str, offset: float) -> JobView:
+        """The job's view as of read offset ``offset``, folded on from the cached one."""
+        job = self.store.log(job_id)
+        cached = self._views.get(job_id)
+        if cached is not None and cached[0] <= offset:
+            view = cached[1]
+            for event in job.between(cached[0], offset):
+                view = evolve(view, event)
+        else:
+            view = project(job.prefix(offset))
+            if cached is not None:
+                return view  # an earlier offset (a redelivery): keep the later view cached
+        self._views[job_id] = (offset, view)
+        return view
+
+    def latest_view(self, job_id: str) -> JobView:
+        """The view of every known event of the job (``project(job.read())``), including
+        this process's appends not yet read back, which are folded on but not cached."""
+        job = self.store.log(job_id)
+        read = bisect.bisect_left(job.offsets, LOCAL)
+        if read == 0:
+            return project(job.events)
+        view = self.view(job_id, job.offsets[read - 1])
+        for event in job.events[read:]:
+            view = evolve(view, event)
+        return view
+
+    # ----------------------------------------------------------------------- processors
+
+    def _on_dispatch(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
+        if not isinstance(event, AttemptScheduled | CancelRequested):
+            return  # nothing else goes to a node
+        job = self.store.log(job_id)
+        for command in dispatch.commands_for(job.prefix(offset), job.events, event, utcnow()):
+            batch.sends.append((self._node_commands, getattr(command, "node_id", ""), command))
+
+    def _on_state(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
+        batch.views[job_id] = max(offset, batch.views.get(job_id, offset))
+
+    def _on_classifier(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
+        if not isinstance(event, REACTS_TO):
+            return
+        job = self.store.log(job_id)
+        # react judges the event as of its first occurrence (a redelivered event is judged
+        # as it was the first time), so the view is the one as of that offset, never later.
+        at = job.ids.get(event.event_id, offset)
+        view = self.view(job_id, at) if at <= offset else None
+        self.append_new(job_id, react(job.prefix(offset), event, view=view), batch)
+
+    def _on_accounting(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
+        batch.accounts.add(job_id)
+
+    def append_new(self, job_id: str, events: list[Event], batch: Batch) -> list[Event]:
+        """Queue the events this job's log does not hold yet (by id); they count as known
+        (at offset LOCAL) from now on. Returns them."""
+        job = self.store.log(job_id)
+        new = [e for e in events if not job.has(e.event_id)]
+        for event in new:
+            batch.sends.append((self.ledger.topic_of(event), event.key, event))
+            self.store.add(job_id, LOCAL, event)
+        return new
