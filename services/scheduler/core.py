@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from schemas.events import (
     EVENT_TYPES,
     TERMINAL_EVENTS,
+    AttemptAccepted,
     AttemptLost,
     AttemptScheduled,
     CancelRequested,
@@ -50,6 +51,7 @@ FOLDED: tuple[type[Event], ...] = (
     *TERMINAL_EVENTS,
     JobQueued,
     AttemptScheduled,
+    AttemptAccepted,
     ComputeReleased,
     AttemptLost,
     DispatchTimedOut,
@@ -100,6 +102,7 @@ class JobEntry:
     retry: RetryScheduled | None = None
     cancelled: bool = False
     scheduled_attempts: set[int] = field(default_factory=set)
+    accepted_attempts: set[int] = field(default_factory=set)
     ended_attempts: set[int] = field(default_factory=set)
 
 
@@ -148,9 +151,17 @@ class SchedulerState:
             self._on_queued(entry, event)
         elif isinstance(event, AttemptScheduled):
             self._on_scheduled(entry, event)
+        elif isinstance(event, AttemptAccepted):
+            entry.accepted_attempts.add(event.attempt)
+        elif isinstance(event, DispatchTimedOut) and event.attempt in entry.accepted_attempts:
+            # The node accepted before the timeout was appended: the classifier ignores the
+            # timeout (log order) and the attempt holds its GPUs until it is released or lost.
+            return
         elif isinstance(event, ComputeReleased | AttemptLost | DispatchTimedOut):
             entry.ended_attempts.add(event.attempt)
             self.fleet.release((job_id, event.attempt))
+            if isinstance(event, AttemptLost):
+                self.fleet.lost(event.node_id, event.occurred_at)
         elif isinstance(event, RetryScheduled):
             if event.next_attempt > max(entry.scheduled_attempts, default=0) and (
                 entry.retry is None or event.next_attempt > entry.retry.next_attempt

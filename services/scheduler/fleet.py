@@ -37,6 +37,8 @@ class NodeState:
     reported_free: frozenset[int] | None = None
     """Free indices from the last heartbeat; None until the first one (all free)."""
     last_seen: datetime | None = None
+    lost_at: datetime | None = None
+    """When an attempt on this node was last declared lost (the watchdog's clock)."""
     drained: bool = False
     registered: bool = False
     free: set[int] = field(default_factory=set)
@@ -57,6 +59,17 @@ class NodeState:
 
     def vram_gb(self, model: str) -> float:
         return self.vram_by_model.get(model, 0.0)
+
+    @property
+    def suspect(self) -> bool:
+        """An attempt here was declared lost and the node has not been heard from since.
+
+        Compared by time, not by arrival, so a rebuild that reads node-events and
+        job-events in another order reaches the same answer.
+        """
+        return self.lost_at is not None and (
+            self.last_seen is None or self.last_seen <= self.lost_at
+        )
 
 
 class Fleet:
@@ -118,6 +131,13 @@ class Fleet:
         if node is not None:
             node.free.difference_update(indices)
             self._reindex(node)
+
+    def lost(self, node_id: str, at: datetime) -> None:
+        """An attempt on ``node_id`` was declared lost at ``at``: place nothing there until
+        the node is heard from again (its next heartbeat), however recent its last one."""
+        node = self.nodes.get(node_id)
+        if node is not None and (node.lost_at is None or at > node.lost_at):
+            node.lost_at = at
 
     def release(self, key: AttemptKey) -> None:
         held = self.reservations.pop(key, None)

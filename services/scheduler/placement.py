@@ -79,13 +79,15 @@ def _rank(prefs: tuple[str, ...], value: str) -> int:
 
 
 def _eligible(node: NodeState, request: PlacementRequest, heard_since: datetime) -> bool:
-    """Not avoided, not drained, and heard from at or after ``heard_since`` (now - timeout)."""
+    """Not avoided, not drained, heard from at or after ``heard_since`` (now - timeout) and
+    not silent since an attempt on it was declared lost."""
     return (
         node.node_id not in request.avoid_nodes
         and node.provider not in request.avoid_providers
         and not node.drained
         and node.last_seen is not None
         and node.last_seen >= heard_since
+        and not node.suspect
     )
 
 

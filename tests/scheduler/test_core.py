@@ -11,6 +11,8 @@ from schemas.events import (
     CancelRequested,
     CheckpointStored,
     ComputeReleased,
+    ContainerStarted,
+    DispatchTimedOut,
     JobFailed,
     JobQueued,
     JobRejected,
@@ -221,6 +223,7 @@ def test_the_folded_types_are_the_ones_the_service_may_not_skip() -> None:
         "JobSubmitted",
         "JobQueued",
         "AttemptScheduled",
+        "AttemptAccepted",
         "ComputeReleased",
         "AttemptLost",
         "DispatchTimedOut",
@@ -240,10 +243,56 @@ def test_events_of_other_types_change_nothing() -> None:
     run(s, node("a", count=2), submit("j1"), submit("j2"))
     before = (dict(s.fleet.reservations), list(s.queue), {j: e.phase for j, e in s.jobs.items()})
     others = [
-        AttemptAccepted(job_id="j1", attempt=1, occurred_at=T0, node_id="a"),
+        ContainerStarted(job_id="j1", attempt=1, occurred_at=T0, container_id="c1"),
         ProcessExited(job_id="j1", attempt=1, occurred_at=T0, exit_code=1),
     ]
     assert all(type(e).__name__ not in FOLDED_TYPE_NAMES for e in others)
     assert run(s, *others) == []
     after = (dict(s.fleet.reservations), list(s.queue), {j: e.phase for j, e in s.jobs.items()})
     assert after == before
+
+
+def test_a_dispatch_timeout_after_the_node_accepted_keeps_the_gpus_held() -> None:
+    """The classifier ignores a timeout appended after the acceptance (log order); so does
+    the scheduler, or it would place a second attempt on a GPU the first still uses."""
+    late = DispatchTimedOut(job_id="j1", attempt=1, occurred_at=T0, node_id="a", deadline=T0)
+    s = state()
+    run(s, node("a"), submit("j1"))
+    accepted = AttemptAccepted(job_id="j1", attempt=1, occurred_at=T0, node_id="a")
+    assert [type(e) for e in run(s, accepted, late, submit("j2"))] == [JobQueued]
+    assert ("j1", 1) in s.fleet.reservations
+    timed_out_first = state()
+    run(timed_out_first, node("a"), submit("j1"))
+    run(timed_out_first, late)
+    assert ("j1", 1) not in timed_out_first.fleet.reservations
+
+
+def test_a_node_whose_attempt_was_lost_gets_nothing_until_it_heartbeats_again() -> None:
+    s = state()
+    run(s, node("a"), submit("j1"))
+    lost_at = T0 + timedelta(seconds=20)
+    lost = AttemptLost(job_id="j1", attempt=1, occurred_at=lost_at, node_id="a")
+    # heard from 20 s ago, within the 30 s node timeout, but silent since the loss
+    assert [type(e) for e in run(s, lost, submit("j2", at=lost_at), now=lost_at)] == [JobQueued]
+    assert s.fleet.nodes["a"].suspect and s.fleet.free_indices("a") == [0]
+    back = NodeHeartbeat(
+        node_id="a", occurred_at=lost_at + timedelta(seconds=1), seq=1, free_gpu_indices=[0]
+    )
+    out = run(s, back, now=lost_at + timedelta(seconds=1))
+    assert [(type(e), e.job_id, getattr(e, "node_id", "")) for e in out] == [
+        (AttemptScheduled, "j2", "a")
+    ]
+
+
+def test_a_rebuild_reading_heartbeats_before_the_loss_still_keeps_the_node_out() -> None:
+    """Suspicion is judged by time, not by the order the topics are read in."""
+    s = state()
+    run(s, node("a"), submit("j1"))
+    before = NodeHeartbeat(
+        node_id="a", occurred_at=T0 + timedelta(seconds=5), seq=1, free_gpu_indices=[0]
+    )
+    lost = AttemptLost(job_id="j1", attempt=1, occurred_at=T0 + timedelta(seconds=10), node_id="a")
+    now = T0 + timedelta(seconds=11)
+    out = run(s, before, lost, submit("j2", at=now), now=now)
+    assert not any(isinstance(e, AttemptScheduled) for e in out)
+    assert s.fleet.nodes["a"].suspect
