@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
-from projections.history import first, is_clean_success, is_job_event, unique
+from projections.history import E, first, is_clean_success, is_job_event, unique
 from projections.job_state import project
 from schemas.events import (
     AttemptLost,
@@ -33,6 +33,7 @@ from schemas.events import (
     ComputeReleased,
     Event,
     FailureClassified,
+    JobSubmitted,
     MeterTick,
 )
 from schemas.views import TERMINAL_STATUSES, AccountingRecord, AttemptAccounting, JobView
@@ -64,6 +65,14 @@ class AccountingPolicy(BaseModel):
 DEFAULT_POLICY = AccountingPolicy()
 
 
+def _first(scope: Sequence[Event], cls: type[E], n: int) -> E | None:
+    """``history.first`` over an attempt's scope, which :func:`account` already de-duplicated."""
+    for e in scope:
+        if isinstance(e, cls) and e.attempt == n:
+            return e
+    return None
+
+
 def _as_of(events: Sequence[Event]) -> datetime | None:
     return max((e.occurred_at for e in events), default=None)
 
@@ -72,7 +81,7 @@ def _held(
     history: Sequence[Event], n: int, as_of: datetime | None
 ) -> tuple[datetime | None, datetime | None, str, int]:
     """(held_from, released_at, release_source, held microseconds) of attempt ``n``."""
-    held = first(history, ComputeHeld, n)
+    held = _first(history, ComputeHeld, n)
     if held is None:
         return None, None, "", 0
     end: datetime | None = None
@@ -97,8 +106,8 @@ def _outcome(history: Sequence[Event], n: int, terminal: bool) -> tuple[str, str
     """(outcome, attribution, failure_class) of attempt ``n``."""
     if is_clean_success(history, n):
         return "succeeded", "", ""
-    classified = first(history, FailureClassified, n)
-    lost = first(history, AttemptLost, n) is not None
+    classified = _first(history, FailureClassified, n)
+    lost = _first(history, AttemptLost, n) is not None
     if classified is not None:
         if classified.failure_class == "cancelled":
             outcome = "cancelled"
@@ -120,8 +129,8 @@ def _attempt(
     as_of: datetime | None,
     policy: AccountingPolicy,
 ) -> tuple[AttemptAccounting, int, int, int]:
-    held = first(history, ComputeHeld, n)
-    scheduled = first(history, AttemptScheduled, n)
+    held = _first(history, ComputeHeld, n)
+    scheduled = _first(history, AttemptScheduled, n)
     held_from, released_at, source, held_us = _held(history, n, as_of)
     gpu_count = held.gpu_count if held else 0
     gpu_us = held_us * gpu_count
@@ -189,11 +198,12 @@ def account(
         compute released it or was declared lost. A job that never held compute owes
         nothing.
     """
-    events = [e for e in unique(history) if is_job_event(e)]
+    deduplicated = unique(history)
+    events = [e for e in deduplicated if is_job_event(e)]
     job_id = events[0].job_id if events else ""
     all_ticks = [
         t
-        for t in unique([*ticks, *(e for e in unique(history) if isinstance(e, MeterTick))])
+        for t in unique([*ticks, *(e for e in deduplicated if isinstance(e, MeterTick))])
         if isinstance(t, MeterTick) and (not job_id or t.job_id == job_id)
     ]
     if not events:
@@ -207,10 +217,22 @@ def account(
         {e.attempt for e in events if isinstance(e, AttemptScheduled | ComputeHeld)}
         | {t.attempt for t in all_ticks}
     )
+    # Every query of _attempt looks at one attempt's events (and the spec of the first
+    # JobSubmitted), so each attempt gets only those: one pass over the history instead
+    # of a dozen per attempt, and the same answers.
+    by_attempt: dict[int, list[Event]] = {}
+    for e in events:
+        by_attempt.setdefault(e.attempt, []).append(e)
+    ticks_of: dict[int, list[MeterTick]] = {}
+    for t in all_ticks:
+        ticks_of.setdefault(t.attempt, []).append(t)
+    submitted = first(events, JobSubmitted)
     attempts: list[AttemptAccounting] = []
     held_us = gpu_us = billable_us = credited_us = 0
     for n in numbers:
-        record, h, b, c = _attempt(events, all_ticks, n, terminal, as_of, policy)
+        own = by_attempt.get(n, [])
+        scope = own if submitted is None or submitted.attempt == n else [submitted, *own]
+        record, h, b, c = _attempt(scope, ticks_of.get(n, []), n, terminal, as_of, policy)
         attempts.append(record)
         held_us, billable_us, credited_us = held_us + h, billable_us + b, credited_us + c
         gpu_us += b + c

@@ -102,7 +102,8 @@ class Settings(BaseSettings):
     """How long ``POST /v1/jobs`` waits for the sink to record the job (read-your-writes)."""
     log_follow_grace_s: float = Field(2.0, ge=0)
     """After a followed job turns terminal, keep streaming late log chunks this long."""
-    sink_batch_max: int = Field(500, ge=1)
+    sink_batch_max: int = Field(2000, ge=1)
+    """Records the sink writes (rows and offsets) in one transaction; small when traffic is."""
     sink_lock_wait_s: float = Field(10.0, ge=0)
     """How long a starting sink waits for the schema's lock (a crashed predecessor's
     session may hold it briefly) before refusing to run beside another sink."""

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -26,6 +27,17 @@ from services.sink.writer import ReadModelWriter
 log = logging.getLogger(__name__)
 
 CONSUMER_NAME = "sink"
+
+_DECODE_SLICE = 32
+"""Records decoded between two yields to the event loop (see ``Sink._decode``)."""
+
+
+@dataclass
+class _Decoded:
+    """A polled batch and its decoded records (None: a tombstone or undecodable)."""
+
+    raws: list[Any]
+    records: list[LedgerRecord | None]
 
 
 async def stored_offsets(conn: asyncpg.Connection, consumer: str) -> dict[TopicPartition, int]:
@@ -85,16 +97,17 @@ class Sink:
     async def run(self) -> None:
         """Consume until :meth:`stop` (or cancellation, which rolls back the open batch).
 
-        Holds a session advisory lock for its consumer name and schema while it
-        runs: a second sink on the same tables refuses to start instead of
-        interleaving its folds with this one's.
+        Holds a session advisory lock on its schema while it runs: a second sink on
+        the same tables (whatever its consumer name) refuses to start instead of
+        interleaving its folds with this one's. The writer's in-memory job states
+        rely on it: they are only right while this sink is the tables' one writer.
         """
         async with self.pool.acquire() as lock_conn:
-            lock = f"sink:{self.settings.pg_schema}:{self.consumer_name}"
+            lock = f"sink:{self.settings.pg_schema}"
             if not await self._take_lock(lock_conn, lock):
                 raise db.ReadModelError(
-                    f"another sink (consumer {self.consumer_name!r}) is already writing schema "
-                    f"{self.settings.pg_schema!r}; run one sink per schema"
+                    f"another sink is already writing schema {self.settings.pg_schema!r} "
+                    f"(this one is consumer {self.consumer_name!r}); run one sink per schema"
                 )
             try:
                 await self._consume()
@@ -131,22 +144,56 @@ class Sink:
                 consumer.seek(tp, stored.get(tp, 0))
             self.positions = dict(stored)
             log.info("sink %s started on %d partitions", self.consumer_name, len(tps))
-            while not self._stopping.is_set():
-                batch = await consumer.getmany(
-                    timeout_ms=200, max_records=self.settings.sink_batch_max
-                )
-                raws = [raw for records in batch.values() for raw in records]
-                if raws:
-                    await self.apply_raw(raws)
+            # The next batch is polled and decoded while the current one is written:
+            # Postgres executes our statements on another core meanwhile. A batch
+            # decoded ahead but not applied when the sink stops is simply read again.
+            ahead: asyncio.Task[_Decoded] | None = None
+            try:
+                while not self._stopping.is_set():
+                    polled = await (ahead or self._poll(consumer))
+                    ahead = None
+                    if not polled.raws:
+                        continue
+                    ahead = asyncio.ensure_future(self._poll(consumer))
+                    await self._commit(polled)
+            finally:
+                if ahead is not None:
+                    # Dropped unapplied (its records are read again on the next start).
+                    ahead.cancel()
+                    await asyncio.wait([ahead])
+                    if not ahead.cancelled():
+                        ahead.exception()  # retrieve it: a poll error of a dropped batch
         finally:
             await consumer.stop()
 
+    async def _poll(self, consumer: Any) -> _Decoded:
+        batch = await consumer.getmany(timeout_ms=200, max_records=self.settings.sink_batch_max)
+        return await self._decode([raw for records in batch.values() for raw in records])
+
+    async def _decode(self, raws: list[Any]) -> _Decoded:
+        """Decode without side effects: a record that does not decode is dead-lettered
+        by :meth:`_commit`, so a batch decoded ahead and then dropped parks nothing."""
+        name = f"sink/{self.consumer_name}"
+        records = []
+        for i, raw in enumerate(raws, 1):
+            records.append(await self.ledger.decode(raw, name, dead_letter=False))
+            if i % _DECODE_SLICE == 0:
+                # Let the batch being written go on between slices: its statements
+                # then run in Postgres while this one decodes, not after it.
+                await asyncio.sleep(0)
+        return _Decoded(raws, records)
+
     async def apply_raw(self, raws: Sequence[Any]) -> None:
         """Decode a polled batch and commit its rows with its offsets."""
+        await self._commit(await self._decode(list(raws)))
+
+    async def _commit(self, polled: _Decoded) -> None:
         decoded: list[LedgerRecord] = []
         offsets: dict[TopicPartition, int] = {}
-        for raw in raws:
-            record = await self.ledger.decode(raw, f"sink/{self.consumer_name}")
+        for raw, record in zip(polled.raws, polled.records, strict=True):
+            if record is None and raw.value is not None:
+                # Undecodable: dead-letter it now, once, before its offset is committed.
+                record = await self.ledger.decode(raw, f"sink/{self.consumer_name}")
             if record is not None:
                 decoded.append(record)
             tp = TopicPartition(raw.topic, raw.partition)

@@ -27,8 +27,13 @@ Row = dict[str, Any]
 
 
 def dump(model: BaseModel, **kwargs: Any) -> str:
-    """JSON text for a jsonb column (asyncpg takes jsonb as text)."""
-    return json.dumps(model.model_dump(mode="json", **kwargs), sort_keys=True)
+    """JSON text for a jsonb column (asyncpg takes jsonb as text).
+
+    Key order and number spelling do not matter: Postgres stores jsonb normalised, so
+    this is the same column value as ``json.dumps(model.model_dump(mode="json"))``,
+    several times cheaper.
+    """
+    return model.model_dump_json(**kwargs)
 
 
 def event_from_payload(type_name: str, payload: str | dict[str, Any]) -> Event:

@@ -7,13 +7,18 @@ the live tables and the rebuilt ones come from the same code.
 Idempotence: job and node events are stored once per ``event_id`` and only a
 newly stored event is folded; log chunks and meter ticks are stored once per
 natural key. A record delivered twice therefore changes nothing.
+
+Speed: each table gets one statement per batch, and each job's folded state (view,
+stored history, ticks) stays in memory between batches (:mod:`services.sink.jobstate`),
+so a batch folds and accounts only what it adds instead of reading and re-folding
+every touched job's history.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable, Iterable
+from typing import TypeVar
 
 import asyncpg
 
@@ -24,202 +29,14 @@ from schemas.views import AccountingRecord, JobView
 from services.ledger.client import LedgerRecord
 from services.settings import Settings
 from services.sink import rows
+from services.sink.jobstate import DEFAULT_CAPACITY, JobCache, JobState, load_states
 from services.sink.rows import Row
+from services.sink.tables import insert_ignore, upsert
 
 _T = TypeVar("_T")
 
 CONSUMED_TOPICS = ("job-events", "log-chunks", "meter-ticks", "node-events")
 """Topic suffixes the sink reads."""
-
-
-# Column types of the read-model tables (services/sink/migrations), in row order: a batch
-# of rows goes to Postgres as one array per column and is expanded by ``unnest``.
-_TYPES: dict[str, dict[str, str]] = {
-    "job_events": {
-        "event_id": "text",
-        "job_id": "text",
-        "seq": "int4",
-        "attempt": "int4",
-        "type": "text",
-        "occurred_at": "timestamptz",
-        "producer": "text",
-        "causation_id": "text",
-        "schema_version": "int4",
-        "payload": "jsonb",
-    },
-    "node_events": {
-        "event_id": "text",
-        "node_id": "text",
-        "seq": "int4",
-        "type": "text",
-        "occurred_at": "timestamptz",
-        "payload": "jsonb",
-    },
-    "failures": {
-        "event_id": "text",
-        "job_id": "text",
-        "attempt": "int4",
-        "failure_class": "text",
-        "attribution": "text",
-        "retryable": "bool",
-        "summary": "text",
-        "advice": "text",
-        "rule_id": "text",
-        "classifier_version": "text",
-        "evidence": "jsonb",
-        "occurred_at": "timestamptz",
-    },
-    "log_chunks": {
-        "job_id": "text",
-        "attempt": "int4",
-        "stream": "text",
-        "seq": "int4",
-        "event_id": "text",
-        "first_line": "int4",
-        "line_count": "int4",
-        "data": "text",
-        "truncated": "bool",
-        "occurred_at": "timestamptz",
-    },
-    "meter_ticks": {
-        "job_id": "text",
-        "attempt": "int4",
-        "tick_index": "int4",
-        "event_id": "text",
-        "node_id": "text",
-        "interval_start": "timestamptz",
-        "interval_s": "float8",
-        "gpu_count": "int4",
-        "gpu_model": "text",
-        "gpu_seconds": "float8",
-        "final": "bool",
-        "occurred_at": "timestamptz",
-        "payload": "jsonb",
-    },
-    "jobs": {
-        "job_id": "text",
-        "tenant": "text",
-        "name": "text",
-        "status": "text",
-        "terminal": "bool",
-        "attempt": "int4",
-        "image": "text",
-        "gpus": "int4",
-        "submitted_at": "timestamptz",
-        "updated_at": "timestamptz",
-        "terminal_at": "timestamptz",
-        "terminal_event": "text",
-        "failure_class": "text",
-        "attribution": "text",
-        "retryable": "bool",
-        "summary": "text",
-        "advice": "text",
-        "event_count": "int4",
-        "view": "jsonb",
-    },
-    "attempts": {
-        "job_id": "text",
-        "attempt": "int4",
-        "status": "text",
-        "node_id": "text",
-        "provider": "text",
-        "region": "text",
-        "gpu_count": "int4",
-        "gpu_model": "text",
-        "scheduled_at": "timestamptz",
-        "accepted_at": "timestamptz",
-        "held_from": "timestamptz",
-        "released_at": "timestamptz",
-        "started_at": "timestamptz",
-        "exited_at": "timestamptz",
-        "exit_code": "int4",
-        "signal": "int4",
-        "oom_killed": "bool",
-        "runtime_s": "float8",
-        "failure_class": "text",
-        "attribution": "text",
-        "view": "jsonb",
-    },
-    "accounting_records": {
-        "job_id": "text",
-        "tenant": "text",
-        "status": "text",
-        "final": "bool",
-        "policy_version": "text",
-        "held_seconds": "float8",
-        "gpu_seconds": "float8",
-        "metered_gpu_seconds": "float8",
-        "billable_gpu_seconds": "float8",
-        "credited_gpu_seconds": "float8",
-        "reconciled": "bool",
-        "updated_at": "timestamptz",
-        "record": "jsonb",
-    },
-}
-
-
-def _unnest_sql(table: str, cols: Sequence[str]) -> tuple[str, str]:
-    """``(column list, SELECT ... FROM unnest(...))`` for one array parameter per column."""
-    types = _TYPES[table]
-    arrays = ", ".join(f"${i}::{types[c]}[]" for i, c in enumerate(cols, 1))
-    return ", ".join(cols), f"SELECT * FROM unnest({arrays})"
-
-
-def _columns(table_rows: Sequence[Row]) -> tuple[list[str], list[list[Any]]]:
-    cols = list(table_rows[0])
-    return cols, [[row[c] for row in table_rows] for c in cols]
-
-
-async def insert_ignore(
-    conn: asyncpg.Connection,
-    table: str,
-    table_rows: Sequence[Row],
-    conflict: Sequence[str],
-    returning: str = "1",
-) -> list[asyncpg.Record]:
-    """Insert ``table_rows`` in one statement, skipping rows whose ``conflict`` key exists.
-
-    Returns one record (``returning``) per inserted row. Naming the conflict columns makes
-    any other unique violation (e.g. a job's ``seq``) an error rather than a skipped row.
-    Rows of one call must not share a key (callers de-duplicate, keeping the first).
-    """
-    if not table_rows:
-        return []
-    cols, arrays = _columns(table_rows)
-    names, select = _unnest_sql(table, cols)
-    sql = (
-        f"INSERT INTO {table} ({names}) {select} "
-        f"ON CONFLICT ({', '.join(conflict)}) DO NOTHING RETURNING {returning}"
-    )
-    return list(await conn.fetch(sql, *arrays))
-
-
-async def upsert(
-    conn: asyncpg.Connection, table: str, table_rows: Sequence[Row], key: Sequence[str]
-) -> None:
-    """Insert ``table_rows`` or overwrite the rows with the same ``key`` columns (one statement).
-
-    Rows with the same key collapse to the last one, as successive upserts would.
-    """
-    if not table_rows:
-        return
-    last = {tuple(row[k] for k in key): row for row in table_rows}
-    table_rows = list(last.values())
-    cols = list(table_rows[0])
-    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in key)
-    conflict = f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
-    if table in _TYPES:
-        names, select = _unnest_sql(table, cols)
-        _, arrays = _columns(table_rows)
-        await conn.execute(f"INSERT INTO {table} ({names}) {select} {conflict}", *arrays)
-        return
-    # Tables with array columns (accounting_attempts, nodes): unnest would flatten them,
-    # so send one pipelined statement per row.
-    params = ", ".join(f"${i}" for i in range(1, len(cols) + 1))
-    await conn.executemany(
-        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({params}) {conflict}",
-        [[row[c] for c in cols] for row in table_rows],
-    )
 
 
 def default_policy() -> AccountingPolicy:
@@ -246,11 +63,24 @@ def account(
 
 
 class ReadModelWriter:
-    """Applies decoded ledger records to the read-model tables of the connection's schema."""
+    """Applies decoded ledger records to the read-model tables of the connection's schema.
 
-    def __init__(self, settings: Settings, policy: AccountingPolicy | None = None) -> None:
+    One writer serves one schema at a time and must be its only writer (the sink's
+    advisory lock): it keeps each job's folded state in memory between batches
+    (:mod:`services.sink.jobstate`), trusted only once its transaction committed.
+    ``cache_jobs=0`` keeps nothing, so every batch reads the states it needs back.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        policy: AccountingPolicy | None = None,
+        *,
+        cache_jobs: int = DEFAULT_CAPACITY,
+    ) -> None:
         self.settings = settings
         self.policy = policy if policy is not None else default_policy()
+        self.cache = JobCache(cache_jobs)
         self._suffix = {settings.topic(s): s for s in CONSUMED_TOPICS}
 
     def consumed_topics(self) -> list[str]:
@@ -273,12 +103,13 @@ class ReadModelWriter:
                 ticks.append(value)
             elif suffix == "node-events" and isinstance(value, NodeEvent):
                 node_events.append(value)
-        batch = _Batch(conn)
-        await batch.job_events(job_events)
+        await self.cache.begin(conn)
+        batch = _Batch(conn, self.cache)
+        await batch.jobs(job_events, ticks)
         await batch.log_chunks(chunks)
-        await batch.meter_ticks(ticks)
         await batch.node_events(node_events)
         await batch.flush(self.policy)
+        self.cache.stage(batch.states)
 
 
 def _first_per_key(items: Iterable[_T], key: Callable[[_T], Hashable]) -> list[_T]:
@@ -293,6 +124,10 @@ def _first_per_key(items: Iterable[_T], key: Callable[[_T], Hashable]) -> list[_
     return out
 
 
+def _tick_key(tick: MeterTick) -> tuple[str, int, int]:
+    return (tick.job_id, tick.attempt, tick.tick_index)
+
+
 class _Batch:
     """One batch's writes: each table's rows in one statement, folds only of new events.
 
@@ -301,11 +136,12 @@ class _Batch:
     skipped before it gets a ``seq``.
     """
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    def __init__(self, conn: asyncpg.Connection, cache: JobCache) -> None:
         self.conn = conn
-        self.views: dict[str, JobView] = {}
-        self.prior_seq: dict[str, int] = {}
-        self.new_history: dict[str, list[tuple[str, str]]] = {}
+        self.cache = cache
+        self.states: dict[str, JobState] = {}
+        """The touched jobs' states as this batch leaves them."""
+        self.changed_views: set[str] = set()
         self.failures: list[Row] = []
         self.nodes: dict[str, Row] = {}
         self.accounting_due: set[str] = set()
@@ -327,42 +163,63 @@ class _Batch:
         }
         return {k: found.get(k, 0) for k in wanted}
 
-    async def job_events(self, events: list[Event]) -> None:
+    async def _states(self, job_ids: Iterable[str]) -> None:
+        """Put the state of every job in ``job_ids`` in ``self.states`` (cache, else tables)."""
+        missing = []
+        for job_id in dict.fromkeys(job_ids):
+            if job_id in self.states:
+                continue
+            state = self.cache.get(job_id)
+            if state is None:
+                missing.append(job_id)
+            else:
+                self.states[job_id] = state
+        if missing:
+            self.states.update(await load_states(self.conn, sorted(missing)))
+
+    async def jobs(self, events: list[Event], ticks: list[MeterTick]) -> None:
+        """Store the new job-events and meter ticks and fold them into their jobs' states."""
         events = _first_per_key(events, lambda e: e.event_id)
+        if events:
+            fresh = await self._new_only("job_events", [e.event_id for e in events])
+            events = [e for e in events if e.event_id in fresh]
+        # Postgres decides which ticks are new (a tick index counts once) ...
+        ticks = _first_per_key(ticks, _tick_key)
+        inserted = await insert_ignore(
+            self.conn,
+            "meter_ticks",
+            [rows.meter_tick_row(t) for t in ticks],
+            ["job_id", "attempt", "tick_index"],
+            returning="job_id, attempt, tick_index",
+        )
+        new_ticks = {(r[0], r[1], r[2]) for r in inserted}
+        # ... and only the jobs that gained an event or a tick need their state.
+        await self._states([*(e.job_id for e in events), *(k[0] for k in new_ticks)])
+        for tick in ticks:
+            key = _tick_key(tick)
+            if key in new_ticks:
+                # A state loaded after the insert already holds it; setdefault keeps that one.
+                self.states[tick.job_id].ticks.setdefault(key[1:], tick)
+                self.accounting_due.add(tick.job_id)
         if not events:
             return
-        fresh = await self._new_only("job_events", [e.event_id for e in events])
-        events = [e for e in events if e.event_id in fresh]
-        if not events:
-            return
-        self.prior_seq = await self._max_seq("job_events", "job_id", (e.job_id for e in events))
-        seq = dict(self.prior_seq)
         event_rows = []
         for event in events:
-            seq[event.job_id] += 1
-            row = rows.job_event_row(event, seq[event.job_id])
-            event_rows.append(row)
-            self.new_history.setdefault(event.job_id, []).append((row["type"], row["payload"]))
-        inserted = await insert_ignore(self.conn, "job_events", event_rows, ["event_id"])
-        if len(inserted) != len(event_rows):
-            raise RuntimeError("job_events changed under the sink (is a second writer running?)")
-        stored = await self.conn.fetch(
-            "SELECT job_id, view FROM jobs WHERE job_id = ANY($1::text[])", sorted(seq)
-        )
-        views: dict[str, JobView | None] = {
-            r["job_id"]: JobView.model_validate_json(r["view"]) for r in stored if r["view"]
-        }
-        for event in events:
             job_id = event.job_id
-            view = views[job_id] if job_id in views else new_view(job_id)
+            state = self.states[job_id]
+            state.seq += 1
+            event_rows.append(rows.job_event_row(event, state.seq))
+            state.history.append(event)
+            view = state.view
             evolved = job_state.evolve(view, event)
             if evolved.failure is not None and evolved.failure != (view.failure if view else None):
                 failure = rows.failure_row(evolved, event)
                 if failure is not None:
                     self.failures.append(failure)
-            views[job_id] = evolved
-            self.views[job_id] = evolved
+            state.view = evolved
+            self.changed_views.add(job_id)
             self.accounting_due.add(job_id)
+        await _insert_new(self.conn, "job_events", event_rows)
 
     async def log_chunks(self, chunks: list[LogChunk]) -> None:
         chunk_rows = _first_per_key(
@@ -370,22 +227,12 @@ class _Batch:
             lambda r: (r["job_id"], r["attempt"], r["stream"], r["seq"]),
         )
         await insert_ignore(
-            self.conn, "log_chunks", chunk_rows, ["job_id", "attempt", "stream", "seq"]
-        )
-
-    async def meter_ticks(self, ticks: list[MeterTick]) -> None:
-        tick_rows = _first_per_key(
-            (rows.meter_tick_row(t) for t in ticks),
-            lambda r: (r["job_id"], r["attempt"], r["tick_index"]),
-        )
-        inserted = await insert_ignore(
             self.conn,
-            "meter_ticks",
-            tick_rows,
-            ["job_id", "attempt", "tick_index"],
-            returning="job_id",
+            "log_chunks",
+            chunk_rows,
+            ["job_id", "attempt", "stream", "seq"],
+            returning=None,
         )
-        self.accounting_due.update(r["job_id"] for r in inserted)
 
     async def node_events(self, events: list[NodeEvent]) -> None:
         events = _first_per_key(events, lambda e: e.event_id)
@@ -400,9 +247,7 @@ class _Batch:
         for event in events:
             seq[event.node_id] += 1
             event_rows.append(rows.node_event_row(event, seq[event.node_id]))
-        inserted = await insert_ignore(self.conn, "node_events", event_rows, ["event_id"])
-        if len(inserted) != len(event_rows):
-            raise RuntimeError("node_events changed under the sink (is a second writer running?)")
+        await _insert_new(self.conn, "node_events", event_rows)
         for stored in await self.conn.fetch(
             "SELECT * FROM nodes WHERE node_id = ANY($1::text[])", sorted(seq)
         ):
@@ -417,53 +262,22 @@ class _Batch:
             self.nodes[node_id] = rows.evolve_node(row, event)
 
     async def flush(self, policy: AccountingPolicy) -> None:
-        await insert_ignore(self.conn, "failures", self.failures, ["event_id"])
-        await upsert(self.conn, "jobs", [rows.job_row(v) for v in self.views.values()], ["job_id"])
+        await insert_ignore(self.conn, "failures", self.failures, ["event_id"], returning=None)
+        views = [v for j in sorted(self.changed_views) if (v := self.states[j].view) is not None]
+        await upsert(self.conn, "jobs", [rows.job_row(v) for v in views], ["job_id"])
         await upsert(
             self.conn,
             "attempts",
-            [rows.attempt_row(v.job_id, a) for v in self.views.values() for a in v.attempts],
+            [rows.attempt_row(v.job_id, a) for v in views for a in v.attempts],
             ["job_id", "attempt"],
         )
         await upsert(self.conn, "nodes", list(self.nodes.values()), ["node_id"])
-        await self._account(sorted(self.accounting_due), policy)
-
-    async def _account(self, job_ids: list[str], policy: AccountingPolicy) -> None:
-        if not job_ids:
-            return
-        # A job's history is what was stored before this batch plus what the batch added.
-        # Jobs first seen in this batch need no read: the batch holds their whole history.
-        histories: dict[str, list[tuple[str, str]]] = {}
-        unknown = [j for j in job_ids if j not in self.prior_seq]
-        prior = {**self.prior_seq, **await self._max_seq("job_events", "job_id", unknown)}
-        stored_before = [j for j in job_ids if prior.get(j, 0) > 0]
-        for r in await self.conn.fetch(
-            "SELECT job_id, type, payload FROM job_events WHERE job_id = ANY($1::text[]) "
-            "ORDER BY job_id, seq",
-            stored_before,
-        ):
-            histories.setdefault(r["job_id"], []).append((r["type"], r["payload"]))
-        for job_id in job_ids:
-            if prior.get(job_id, 0) == 0 and job_id in self.new_history:
-                histories[job_id] = self.new_history[job_id]
         # Ticks before the job's first event are accounted once JobSubmitted arrives.
-        due = [j for j in job_ids if histories.get(j)]
-        ticks: dict[str, list[MeterTick]] = {}
-        for r in await self.conn.fetch(
-            "SELECT job_id, payload FROM meter_ticks WHERE job_id = ANY($1::text[]) "
-            "ORDER BY job_id, attempt, tick_index",
-            due,
-        ):
-            ticks.setdefault(r["job_id"], []).append(MeterTick.model_validate_json(r["payload"]))
+        due = [self.states[j] for j in sorted(self.accounting_due) if self.states[j].history]
         records = [
-            account(
-                [rows.event_from_payload(t, p) for t, p in histories[job_id]],
-                ticks.get(job_id, []),
-                policy,
-                # Folded from the stored view plus this batch's events: the whole history.
-                view=self.views.get(job_id),
-            )
-            for job_id in due
+            # The view is the fold of exactly the history: it saves account() a re-fold.
+            account(state.history, state.sorted_ticks(), policy, view=state.view)
+            for state in due
         ]
         await upsert(
             self.conn, "accounting_records", [rows.accounting_row(r) for r in records], ["job_id"]
@@ -474,3 +288,10 @@ class _Batch:
             [line for r in records for line in rows.accounting_attempt_rows(r)],
             ["job_id", "attempt"],
         )
+
+
+async def _insert_new(conn: asyncpg.Connection, table: str, event_rows: list[Row]) -> None:
+    """Insert events the batch found new; any of them already there means a second writer."""
+    inserted = await insert_ignore(conn, table, event_rows, ["event_id"])
+    if len(inserted) != len(event_rows):
+        raise RuntimeError(f"{table} changed under the sink (is a second writer running?)")

@@ -49,10 +49,12 @@ def topic(settings: Settings, event: Any) -> str:
     return settings.topic("job-events")
 
 
-async def build(settings: Settings, events: list[Any], sizes: list[int]) -> dict[str, list[str]]:
+async def build(
+    settings: Settings, events: list[Any], sizes: list[int], **writer_options: Any
+) -> dict[str, list[str]]:
     """Apply ``events`` in batches of the given sizes (cycled); every table's rows as text."""
     async with private_schema(settings) as (scoped, pool):
-        writer = ReadModelWriter(scoped)
+        writer = ReadModelWriter(scoped, **writer_options)
         records = [SimpleNamespace(topic=topic(scoped, e), value=e) for e in events]
         i = 0
         for n in sizes * len(records):
