@@ -63,12 +63,17 @@ async def build(
             async with pool.acquire() as conn, conn.transaction():
                 await writer.apply(conn, records[i : i + n])
             i += n
-        out = {}
-        async with pool.acquire() as conn:
-            for table, key in COMPARED_TABLES.items():
-                sql = f"SELECT t::text FROM {table} t ORDER BY {', '.join(key)}"
-                out[table] = [r[0] for r in await conn.fetch(sql)]
-        return out
+        return await tables(pool)
+
+
+async def tables(pool: asyncpg.Pool) -> dict[str, list[str]]:
+    """Every compared table's rows as text, in key order."""
+    out = {}
+    async with pool.acquire() as conn:
+        for table, key in COMPARED_TABLES.items():
+            sql = f"SELECT t::text FROM {table} t ORDER BY {', '.join(key)}"
+            out[table] = [r[0] for r in await conn.fetch(sql)]
+    return out
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -12,28 +12,18 @@ import pytest
 from projections.accounting import account
 from projections.history import is_job_event, unique
 from schemas.events import Event, MeterTick
-from services.replay.compare import COMPARED_TABLES
 from services.settings import Settings
 from services.sink.tables import upsert
 from services.sink.writer import ReadModelWriter
 from tests.sink.pg import private_schema
 from tests.sink.scenario import run_facts
-from tests.sink.test_writer_batches import build, stream, topic
+from tests.sink.test_writer_batches import build, stream, tables, topic
 
 pytestmark = pytest.mark.integration
 
 
 class Rollback(Exception):
     """Raised inside a transaction to roll it back."""
-
-
-async def tables(pool: asyncpg.Pool) -> dict[str, list[str]]:
-    out = {}
-    async with pool.acquire() as conn:
-        for table, key in COMPARED_TABLES.items():
-            sql = f"SELECT t::text FROM {table} t ORDER BY {', '.join(key)}"
-            out[table] = [r[0] for r in await conn.fetch(sql)]
-    return out
 
 
 def records(settings: Settings, events: list[Any]) -> list[Any]:
