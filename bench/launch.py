@@ -18,7 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from bench.common import Result, isolated, ratio, summary, target
-from bench.stack import TERMINAL, BenchStack, free_port
+from bench.stack import BenchStack, free_port
+from schemas.views import TERMINAL_STATUSES
 from services.settings import Settings
 
 IMAGE = "gridledger/busybox:latest"
@@ -52,7 +53,7 @@ def one_job(stack: BenchStack) -> dict[str, Any]:
     def done() -> bool:
         nonlocal doc
         doc = stack.client.get(f"/v1/jobs/{job_id}")
-        return doc.get("status") in TERMINAL
+        return doc.get("status") in TERMINAL_STATUSES
 
     stack.wait(done, 120, f"job {job_id} to end", every=0.02)
     terminal_s = time.time() - submitted_at

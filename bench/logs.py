@@ -17,7 +17,8 @@ import time
 import uuid
 
 from bench.common import Result, isolated, ratio, summary, target
-from bench.stack import TERMINAL, BenchStack, free_port
+from bench.stack import BenchStack, free_port
+from schemas.views import TERMINAL_STATUSES
 from services.settings import Settings
 
 IMAGE = "gridledger/python:latest"
@@ -92,7 +93,7 @@ def through_api(settings: Settings, seconds: float, result: Result) -> list[floa
         thread = threading.Thread(target=follow, daemon=True)
         thread.start()
         stack.wait(
-            lambda: stack.client.get(f"/v1/jobs/{job_id}").get("status") in TERMINAL,
+            lambda: stack.client.get(f"/v1/jobs/{job_id}").get("status") in TERMINAL_STATUSES,
             seconds + 120,
             "the log job to end",
         )

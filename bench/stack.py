@@ -10,19 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import peak_rss_mb
-from infra.services import LocalServices, ServiceSpec
+from infra.services import LOCAL_AGENT_ENV, LocalServices, ServiceSpec
 from schemas.errors import GridledgerError
 from services.cli.client import ApiClient, base_url, resolve_token
 from services.settings import Settings
-
-TERMINAL = {"succeeded", "succeeded_with_errors", "failed", "cancelled", "rejected"}
-AGENT_ENV = {
-    "GRIDLEDGER_AGENT_HEARTBEAT_INTERVAL_S": "1",
-    "GRIDLEDGER_AGENT_NODE_HEARTBEAT_INTERVAL_S": "2",
-    "GRIDLEDGER_AGENT_METER_INTERVAL_S": "2",
-    "GRIDLEDGER_AGENT_PULL_POLICY": "never",
-    "GRIDLEDGER_AGENT_SHUTDOWN_POLICY": "stop",
-}
 
 
 def free_port() -> int:
@@ -67,7 +58,7 @@ class BenchStack:
                     "--inventory",
                     str(inventory),
                 ],
-                AGENT_ENV,
+                LOCAL_AGENT_ENV,
             )
         )
         self.services.wait_for_api(90)

@@ -25,6 +25,17 @@ from pathlib import Path
 from schemas.errors import StackError
 from services.settings import Settings
 
+LOCAL_AGENT_ENV = {
+    # Quick heartbeats and ticks so a short local run shows them; images are built locally,
+    # never pulled; job containers stop with the agent instead of waiting for a re-attach.
+    "GRIDLEDGER_AGENT_HEARTBEAT_INTERVAL_S": "1",
+    "GRIDLEDGER_AGENT_NODE_HEARTBEAT_INTERVAL_S": "2",
+    "GRIDLEDGER_AGENT_METER_INTERVAL_S": "2",
+    "GRIDLEDGER_AGENT_PULL_POLICY": "never",
+    "GRIDLEDGER_AGENT_SHUTDOWN_POLICY": "stop",
+}
+"""Agent settings of the local installations the demo and the benchmarks start."""
+
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """Every setting as the ``GRIDLEDGER_*`` variable a child process reads."""

@@ -19,8 +19,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from infra import stack
-from infra.services import LocalServices, ServiceSpec
+from infra.services import LOCAL_AGENT_ENV, LocalServices, ServiceSpec
 from schemas.errors import GridledgerError
+from schemas.views import TERMINAL_STATUSES
 from services.cli import render
 from services.cli.client import ApiClient, base_url, resolve_token
 from services.demo.scenarios import (
@@ -34,8 +35,6 @@ from services.demo.scenarios import (
 )
 from services.settings import Settings
 
-TERMINAL = {"succeeded", "succeeded_with_errors", "failed", "cancelled", "rejected"}
-
 DEMO_TIMINGS = {
     # Short, so the demo shows lost nodes and queue deadlines within minutes.
     "GRIDLEDGER_WATCHDOG_SILENCE_S": "3",
@@ -43,15 +42,7 @@ DEMO_TIMINGS = {
     "GRIDLEDGER_SCHEDULER_NODE_TIMEOUT_S": "10",
     "GRIDLEDGER_SCHEDULER_DISPATCH_TIMEOUT_S": "30",
 }
-AGENT_ENV = {
-    "GRIDLEDGER_AGENT_HEARTBEAT_INTERVAL_S": "1",
-    "GRIDLEDGER_AGENT_NODE_HEARTBEAT_INTERVAL_S": "2",
-    "GRIDLEDGER_AGENT_METER_INTERVAL_S": "2",
-    "GRIDLEDGER_AGENT_PULL_POLICY": "never",
-    # Stop job containers when the demo ends instead of leaving them for a re-attach.
-    "GRIDLEDGER_AGENT_SHUTDOWN_POLICY": "stop",
-    "GRIDLEDGER_AGENT_ARTIFACT_FAIL_GLOB": FLAKY_STORE_GLOB,
-}
+AGENT_ENV = {**LOCAL_AGENT_ENV, "GRIDLEDGER_AGENT_ARTIFACT_FAIL_GLOB": FLAKY_STORE_GLOB}
 
 
 @dataclass
@@ -163,7 +154,7 @@ class Demo:
     def settled(self, key: str) -> bool:
         doc = self.job(key)
         accounting = doc.get("accounting") or {}
-        return doc.get("status") in TERMINAL and bool(accounting.get("final"))
+        return doc.get("status") in TERMINAL_STATUSES and bool(accounting.get("final"))
 
     def follow_logs(self, key: str) -> threading.Thread:
         """Print one job's log lines as they arrive (the API's live follow)."""
