@@ -63,6 +63,12 @@ def _envelope(cause: Event, processor: str) -> _Envelope:
     )
 
 
+REACTS_TO: tuple[type[Event], ...] = (*ENDING_EVENTS, CancelRequested, FailureClassified)
+"""The only events :func:`react` derives anything from: the classifier's triggers and
+the retry decider's inputs (ComputeReleased is both). For any other event it returns
+nothing without reading the history, so callers may skip folding for those."""
+
+
 def _view(history: Sequence[Event], view: JobView | None = None) -> JobView | None:
     """The view folded from ``history``, or ``view`` when the caller already has it."""
     if view is not None:
@@ -214,6 +220,8 @@ def react(
         results were appended before, nothing; otherwise the same events (same
         ids) as the first time.
     """
+    if not isinstance(event, REACTS_TO):
+        return []
     events = list(history)
     ids = [e.event_id for e in events]
     if event.event_id not in ids:

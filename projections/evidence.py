@@ -8,7 +8,7 @@ The rules in :mod:`projections.failures` only look at ``Facts``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -156,13 +156,13 @@ def _phase(history: Sequence[Event], attempt: int, trigger: Event | None) -> str
     return "unknown"
 
 
-def trigger_for(history: Sequence[Event], attempt: int) -> Event | None:
-    """The event that ended ``attempt`` and on which the classifier acts, or None.
+def endings(history: Sequence[Event], attempt: int) -> Iterator[Event]:
+    """The events that end ``attempt``, in log order, without the stale ones.
 
-    The first ending event counts; later ones (a late ComputeReleased from a node
-    already declared lost) change nothing. A DispatchTimedOut after the node
-    accepted the attempt, or a NoCapacity after the attempt was placed, is a stale
-    watchdog/scheduler fact and is not a trigger.
+    A DispatchTimedOut after the node accepted the attempt, or a NoCapacity after
+    the attempt was placed, is a stale watchdog/scheduler fact (written by one that
+    had not read the acceptance or placement yet) and ends nothing: the attempt runs
+    on, so the watchdog keeps watching it and a cancel must still reach its node.
     """
     accepted = placed = False
     for e in unique(history):
@@ -175,8 +175,21 @@ def trigger_for(history: Sequence[Event], attempt: int) -> Event | None:
         elif isinstance(e, DispatchTimedOut) and accepted or isinstance(e, NoCapacity) and placed:
             continue
         if isinstance(e, ENDING_EVENTS):
-            return e
-    return None
+            yield e
+
+
+def trigger_for(history: Sequence[Event], attempt: int) -> Event | None:
+    """The event that ended ``attempt`` and on which the classifier acts, or None.
+
+    The first of :func:`endings` counts; later ones (a late ComputeReleased from a
+    node already declared lost) change nothing.
+    """
+    return next(endings(history, attempt), None)
+
+
+def attempt_ended(history: Sequence[Event], attempt: int, by: tuple[type[Event], ...]) -> bool:
+    """True once one of :func:`endings` of ``attempt`` is of a type in ``by``."""
+    return any(isinstance(e, by) for e in endings(history, attempt))
 
 
 def gather(history: Sequence[Event], attempt: int) -> Facts:

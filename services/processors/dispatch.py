@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from projections.evidence import attempt_ended
 from projections.history import unique
 from schemas.events import (
     TERMINAL_EVENTS,
@@ -20,10 +21,10 @@ from schemas.events import (
     AttemptScheduled,
     CancelRequested,
     ComputeReleased,
+    DispatchTimedOut,
     Event,
     derived_event_id,
 )
-from services.processors.watchdog import attempt_ended
 
 PROCESSOR = "dispatch"
 
@@ -32,7 +33,7 @@ def _attempt_over(events: Sequence[Event], attempt: int) -> bool:
     """The job ended, or the attempt did (a stale DispatchTimedOut after the node
     accepted it does not end it: a cancel must still reach that node)."""
     return any(isinstance(e, TERMINAL_EVENTS) for e in events) or attempt_ended(
-        events, attempt, ends=(ComputeReleased, AttemptLost)
+        events, attempt, by=(ComputeReleased, AttemptLost, DispatchTimedOut)
     )
 
 

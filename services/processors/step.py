@@ -25,8 +25,7 @@ from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
 from projections.accounting import account
-from projections.decisions import react
-from projections.evidence import ENDING_EVENTS
+from projections.decisions import REACTS_TO, react
 from projections.job_state import evolve, project
 from schemas import codec
 from schemas.errors import EventDecodeError, LedgerError
@@ -34,9 +33,7 @@ from schemas.events import (
     AttemptHeartbeat,
     AttemptScheduled,
     CancelRequested,
-    ComputeReleased,
     Event,
-    FailureClassified,
     MeterTick,
 )
 from schemas.views import JobView
@@ -46,17 +43,6 @@ from services.processors.store import LOCAL, JobStore
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
-
-REACTS_TO: tuple[type[Event], ...] = (
-    *ENDING_EVENTS,
-    CancelRequested,
-    ComputeReleased,
-    FailureClassified,
-)
-"""The only events ``projections.decisions.react`` derives anything from (the classifier's
-triggers and the retry decider's inputs); for every other event it returns nothing, so
-the classifier does not call it. tests/processors/test_step.py checks this on whole
-simulated histories."""
 
 
 class Record(Protocol):

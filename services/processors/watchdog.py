@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TypedDict
 
+from projections.evidence import attempt_ended
 from projections.history import unique
 from schemas.events import (
     TERMINAL_EVENTS,
@@ -44,6 +45,14 @@ from schemas.events import (
 )
 
 PROCESSOR = "watchdog"
+
+ATTEMPT_ENDS: tuple[type[Event], ...] = (
+    ComputeReleased,
+    AttemptLost,
+    DispatchTimedOut,
+    FinishingTimedOut,
+)
+"""After one of these (a stale DispatchTimedOut aside) there is nothing left to watch."""
 
 
 class _Base(TypedDict):
@@ -112,7 +121,7 @@ def watch_of(
     current = max(scheduled, key=lambda e: e.attempt)
     attempt = current.attempt
     mine = [e for e in events if e.attempt == attempt]
-    if attempt_ended(mine, attempt):
+    if attempt_ended(mine, attempt, by=ATTEMPT_ENDS):
         return None
     base = _Base(job_id=current.job_id, attempt=attempt, node_id=current.node_id)
     exited = next((e for e in mine if isinstance(e, ProcessExited)), None)
@@ -137,30 +146,6 @@ def watch_of(
         floor=floor,
     )
     return with_heartbeat(base_watch, (heartbeats or {}).get(attempt))
-
-
-def attempt_ended(
-    history: Sequence[Event],
-    attempt: int,
-    ends: tuple[type[Event], ...] = (ComputeReleased, AttemptLost, FinishingTimedOut),
-) -> bool:
-    """True once ``attempt`` has one of ``ends`` or a DispatchTimedOut that counts.
-
-    A DispatchTimedOut that follows the node's acceptance in the log is stale (a
-    watchdog that had not read the acceptance yet by the deadline) and ends nothing,
-    the rule :func:`projections.evidence.trigger_for` applies too: the attempt runs
-    and stays watched, so a node that goes silent afterwards is still declared lost.
-    """
-    accepted = False
-    for e in history:
-        if e.attempt != attempt:
-            continue
-        if isinstance(e, AttemptAccepted | ComputeHeld):
-            accepted = True
-        timed_out = isinstance(e, DispatchTimedOut) and not accepted
-        if timed_out or isinstance(e, ends):
-            return True
-    return False
 
 
 def with_heartbeat(watch: Watch | None, beat: AttemptHeartbeat | None) -> Watch | None:

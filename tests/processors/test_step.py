@@ -1,7 +1,5 @@
 """The processors' batch step on an in-memory broker (no Kafka, no faust).
 
-- ``REACTS_TO`` lists every event ``react`` derives anything from (the classifier
-  skips ``react`` for the others), checked on every golden history.
 - Facts fed one at a time (each derived event read back before the next fact, as
   the scheduler and agents would) give exactly the derived events of
   ``decisions.settle``; the last published view and accounting record equal the
@@ -22,7 +20,7 @@ from typing import Any
 import pytest
 
 from projections.accounting import account
-from projections.decisions import PROCESSORS, react, settle
+from projections.decisions import PROCESSORS, settle
 from projections.history import unique
 from projections.job_state import project
 from schemas import codec
@@ -30,7 +28,6 @@ from schemas.errors import EventDecodeError
 from schemas.events import TERMINAL_EVENTS, Event, JobSubmitted, MeterTick
 from services.ledger.client import DLQ_CONSUMER, partition_for
 from services.processors import build_processors
-from services.processors.step import REACTS_TO
 from services.settings import Settings
 from services.simulator.histories import job_history
 from services.simulator.mix import JobMix
@@ -124,14 +121,6 @@ def is_fact(event: Event) -> bool:
 
 
 # --------------------------------------------------------------------------- tests
-
-
-@pytest.mark.parametrize("path", fixture_paths(), ids=lambda p: p.stem)
-def test_react_derives_nothing_from_events_outside_reacts_to(path):
-    events, _, _ = load(path)
-    for i, event in enumerate(events):
-        if not isinstance(event, REACTS_TO):
-            assert react(events[: i + 1], event) == [], event.type
 
 
 @pytest.mark.parametrize("path", fixture_paths(), ids=lambda p: p.stem)

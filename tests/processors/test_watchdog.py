@@ -125,11 +125,12 @@ def test_a_dispatch_timeout_after_the_acceptance_ends_nothing_and_silence_still_
 
 
 def test_attempt_ended_follows_the_log_order_of_acceptance_and_timeout() -> None:
-    from services.processors.watchdog import attempt_ended
+    from projections.evidence import attempt_ended
+    from services.processors.watchdog import ATTEMPT_ENDS
 
     (stale,) = check([SCHEDULED], 5)
-    assert attempt_ended([SCHEDULED, stale], 1)
-    assert not attempt_ended([SCHEDULED, ACCEPTED, stale], 1)
-    assert not attempt_ended([SCHEDULED, stale], 2)
+    assert attempt_ended([SCHEDULED, stale], 1, by=ATTEMPT_ENDS)
+    assert not attempt_ended([SCHEDULED, ACCEPTED, stale], 1, by=ATTEMPT_ENDS)
+    assert not attempt_ended([SCHEDULED, stale], 2, by=ATTEMPT_ENDS)
     released = ComputeReleased(job_id="j", attempt=1, occurred_at=s(4), node_id="n")
-    assert attempt_ended([SCHEDULED, ACCEPTED, stale, released], 1)
+    assert attempt_ended([SCHEDULED, ACCEPTED, stale, released], 1, by=ATTEMPT_ENDS)

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from projections.decisions import CLASSIFIER, DECIDER, PROCESSORS, react, react_all, settle, verify
+from projections.decisions import (
+    CLASSIFIER,
+    DECIDER,
+    PROCESSORS,
+    REACTS_TO,
+    classifier_step,
+    decider_step,
+    react,
+    react_all,
+    settle,
+    verify,
+)
 from schemas.events import (
     ComputeReleased,
     Event,
@@ -13,6 +26,7 @@ from schemas.events import (
     RetryScheduled,
     derived_event_id,
 )
+from tests.golden.golden import fixture_paths, load
 from tests.projections import scenarios
 from tests.projections.histories import JobHistory
 
@@ -157,3 +171,14 @@ def test_decisions_read_only_the_history_up_to_the_event() -> None:
     release = next(e for e in h.events if isinstance(e, ComputeReleased))
     at = h.events.index(release)
     assert react(h.events[: at + 1], release) == [h.events[at + 1]]
+
+
+@pytest.mark.parametrize("path", fixture_paths(), ids=lambda p: p.stem)
+def test_the_steps_derive_nothing_from_events_outside_reacts_to(path: Path) -> None:
+    """react() returns early for events outside REACTS_TO; the steps it skips agree."""
+    events, _, _ = load(path)
+    for i, event in enumerate(events):
+        if not isinstance(event, REACTS_TO):
+            history = events[: i + 1]
+            assert classifier_step(history, event) == [], event.type
+            assert decider_step(history, event) == [], event.type
