@@ -123,11 +123,53 @@ class Ledger:
     async def append_many(
         self, events: Sequence[Event], topic: str | None = None
     ) -> list[Appended]:
-        """Append events in order; waits for all of them. ``topic`` overrides the event's own."""
-        futures = []
+        """Append events in order per key; waits for all of them. Where each one landed.
+
+        ``topic`` overrides the events' own. The events are grouped by partition into
+        the producer's own batches (``create_batch``/``send_batch``) and acknowledged
+        per batch: a record-by-record ``send`` (a producer call, a partitioner call and a
+        future per record) was a quarter of the scheduler's time. The guarantees are the
+        producer's (acks=all, idempotent); the partition is the default partitioner's
+        (:func:`partition_for`), and one partition's batches are queued in order.
+        """
+        producer = self.producer
+        batches: dict[tuple[str, int], list[Any]] = {}
+        slots: list[tuple[tuple[str, int], int, int]] = []
+        """Per event: its partition, the index of its batch there, its place in the batch."""
         for event in events:
-            futures.append(await self._send(topic or self.topic_of(event), event.key, event))
-        return [await self._settle(f) for f in futures]
+            where = topic or self.topic_of(event)
+            tp = (where, partition_for(event.key, await self.partitions(where)))
+            key = event.key.encode() if event.key else None
+            value, hdrs = codec.encode(event), codec.headers(event)
+            pending = batches.setdefault(tp, [])
+            meta = None
+            if pending:
+                meta = pending[-1].append(timestamp=None, key=key, value=value, headers=hdrs)
+            if meta is None:  # no batch yet for this partition, or the last one is full
+                pending.append(producer.create_batch())
+                meta = pending[-1].append(timestamp=None, key=key, value=value, headers=hdrs)
+                if meta is None:  # aiokafka always takes a batch's first record
+                    raise LedgerError(f"{event.type} {event.event_id} does not fit a batch")
+            slots.append((tp, len(pending) - 1, meta.offset))
+
+        async def submit(tp: tuple[str, int], builders: list[Any]) -> list[Any]:
+            futures = []
+            for builder in builders:
+                builder.close()  # nothing else may join a batch once it is queued
+                futures.append(await producer.send_batch(builder, tp[0], partition=tp[1]))
+            return [await f for f in futures]
+
+        try:
+            acked = dict(
+                zip(
+                    batches,
+                    await asyncio.gather(*(submit(tp, b) for tp, b in batches.items())),
+                    strict=True,
+                )
+            )
+        except KafkaError as exc:
+            raise LedgerError(f"the broker did not acknowledge the append: {exc}") from exc
+        return [Appended(tp[0], tp[1], acked[tp][i].offset + n) for tp, i, n in slots]
 
     async def publish(self, topic_suffix: str, key: str, value: BaseModel | None) -> Appended:
         """Publish a view (JobView, AccountingRecord) to a compacted topic; None deletes it."""

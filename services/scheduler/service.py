@@ -24,7 +24,6 @@ from schemas.events import Event
 from services.ledger import Ledger
 from services.scheduler.core import FOLDED_TYPE_NAMES, SchedulerConfig, SchedulerState
 from services.scheduler.inventory import FitChecker
-from services.scheduler.outbox import append_batched
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -146,7 +145,7 @@ class Scheduler:
         events = self.state.decide(utcnow())
         if events:
             # Every position is known before the next getmany: this task is the only reader.
-            appended = await append_batched(self.ledger, events)
+            appended = await self.ledger.append_many(events)
             self._own.update((a.topic, a.partition, a.offset) for a in appended)
             self.placements += sum(1 for e in events if e.type == "AttemptScheduled")
 
