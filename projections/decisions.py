@@ -176,6 +176,7 @@ def decider_step(
                 avoid_nodes=d.avoid_nodes,
                 avoid_providers=d.avoid_providers,
                 reason=d.reason,
+                avoid_reason=d.avoid_reason,
             )
         ]
     if d.terminal == "JobCancelled":

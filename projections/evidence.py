@@ -27,11 +27,13 @@ from schemas.events import (
     AttemptLost,
     AttemptScheduled,
     CancelRequested,
+    CheckpointStored,
     ComputeHeld,
     ComputeReleased,
     ContainerStartFailed,
     DispatchTimedOut,
     Event,
+    FailureClassified,
     FinishingTimedOut,
     ImageUnavailable,
     JobRejected,
@@ -283,6 +285,16 @@ def gather(history: Sequence[Event], attempt: int) -> Facts:
         put("detail", trigger.detail)
         put("queued_since", when(trigger.queued_since))
         put("queue_deadline", when(trigger.queue_deadline))
+        if attempt > 1:  # a retry that was not placed: say what it was retrying
+            previous = first(events, FailureClassified, attempt - 1)
+            before = first(events, AttemptScheduled, attempt - 1)
+            put("attempt", attempt)
+            put("previous_attempt", attempt - 1)
+            put("previous_class", previous.failure_class if previous else "a failure")
+            put("previous_node", before.node_id if before else "")
+            put("previous_provider", before.provider if before else "")
+            if first(events, CheckpointStored) is not None:
+                put("checkpoint_job", trigger.job_id)
     rejected = trigger if isinstance(trigger, JobRejected) else None
     if rejected is not None:
         put("rejection_summary", rejected.summary)

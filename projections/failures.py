@@ -16,36 +16,15 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
+from projections.classes import FAILURE_CLASSES as FAILURE_CLASSES
+from projections.classes import row as class_row
 from projections.evidence import Facts, gather
 from schemas.events import Attribution, Event, JobRejected
 from schemas.types import Evidence
 
-CLASSIFIER_VERSION = "1"
+CLASSIFIER_VERSION = "2"
 """Recorded on every FailureClassified; bump it whenever a rule's outcome changes."""
 
-FAILURE_CLASSES: tuple[str, ...] = (
-    "does_not_fit",
-    "invalid_spec",
-    "capacity_unavailable",
-    "image_not_found",
-    "image_pull_failed",
-    "container_start_failed",
-    "entrypoint_not_found",
-    "missing_module",
-    "cuda_unavailable",
-    "gpu_out_of_memory",
-    "host_out_of_memory",
-    "missing_file",
-    "user_process_error",
-    "runtime_exceeded",
-    "node_lost",
-    "dispatch_timeout",
-    "finishing_timeout",
-    "output_upload_failed",
-    "output_missing",
-    "cancelled",
-    "unknown",
-)
 
 MAX_EVIDENCE_LINES = 5
 
@@ -76,7 +55,6 @@ class Rule:
     phase: str
     failure_class: str
     attribution: Attribution
-    retryable: bool
     summary: str
     advice: str
     trigger: tuple[str, ...] = ()
@@ -96,11 +74,21 @@ class Rule:
     groups of the last matching line become template values."""
     extract: str = ""
     """Like ``log`` but only for values: the rule matches without it."""
+    retry_attempt: bool | None = None
+    """True: only for an attempt after the first (a retry); False: only the first."""
+
+    @property
+    def retryable(self) -> bool:
+        """From the class table: a rule says which class and side, the table the rest."""
+        return class_row(self.failure_class).retryable_for(self.attribution)
 
 
 _NO_GPU = r"no CUDA-capable device is detected|Found no NVIDIA driver|CUDA_ERROR_NO_DEVICE|No CUDA GPUs are available"  # noqa: E501
 _NOTHING_TO_CHANGE = "Nothing to change in your job"
-_RETRIED = "gridledger retries it on another node (up to retry.max_attempts attempts in all)"
+_RETRIED = (
+    "gridledger retries it (up to retry.max_attempts attempts in all), on another node when one "
+    "can hold it, else on the same one"
+)
 _EXEC = (
     r'exec: "?(?P<cmd>[^":]+)"?: (?P<why>executable file not found in \$PATH|no such file or '
     r"directory|permission denied)"
@@ -109,73 +97,84 @@ _EXEC = (
 # fmt: off
 RULES: tuple[Rule, ...] = (
     # ---- submit: rejected before anything was held (the api/scheduler wrote the numbers)
-    Rule("submit.does_not_fit", "submit", "does_not_fit", "user", False,
+    Rule("submit.does_not_fit", "submit", "does_not_fit", "user",
          "{rejection_summary}", "{rejection_advice}", rejected_as="does_not_fit"),
-    Rule("submit.invalid_spec", "submit", "invalid_spec", "user", False,
+    Rule("submit.invalid_spec", "submit", "invalid_spec", "user",
          "{rejection_summary}", "{rejection_advice}"),
     # ---- cancel: decided before anything the stopped container printed
-    Rule("cancel.user", "cancel", "cancelled", "user", False,
+    Rule("cancel.user", "cancel", "cancelled", "user",
          "The job was cancelled[ by {requested_by}][ ({cancel_reason})].",
          "Nothing to fix: submit the job again to run it."),
     # ---- queue / dispatch
-    Rule("queue.no_capacity", "queue", "capacity_unavailable", "capacity", False,
+    # A retry that found no room: the job was fine to run, the platform's retry of it was not
+    # placed. Say which attempt failed first and what the retry preferred to avoid.
+    Rule("queue.retry_no_capacity", "queue", "capacity_unavailable", "capacity",
+         "Attempt {attempt}, the retry after {previous_class} on attempt {previous_attempt}"
+         "[ on node {previous_node}][ of provider {previous_provider}], found no node with "
+         "[{gpus} ]free GPU(s)[ of model {gpu_models}] before its queue deadline[ of "
+         "{queue_timeout}][ ({detail})]. Your job's spec is not the problem.",
+         "Submit the job again[ with resume_from: {checkpoint_job} to continue from its latest "
+         "checkpoint]; accept more GPU models (resources.gpu_models) or raise "
+         "limits.queue_timeout_s to give a retry more time to find a node.",
+         retry_attempt=True),
+    Rule("queue.no_capacity", "queue", "capacity_unavailable", "capacity",
          "No node with [{gpus} ]free GPU(s)[ of model {gpu_models}] became available within the "
          "queue timeout[ of {queue_timeout}][ ({detail})]. This is a capacity shortage, not a "
          "problem with your job.",
          "Submit again later, accept more GPU models (resources.gpu_models), or raise "
          "limits.queue_timeout_s to wait longer."),
-    Rule("dispatch.timeout", "dispatch", "dispatch_timeout", "platform", True,
+    Rule("dispatch.timeout", "dispatch", "dispatch_timeout", "platform",
          "Node[ {node}] never accepted the attempt[ before its dispatch deadline {deadline}].",
          f"{_NOTHING_TO_CHANGE}: {_RETRIED}."),
     # ---- image
-    Rule("image.not_found", "image", "image_not_found", "user", False,
+    Rule("image.not_found", "image", "image_not_found", "user",
          "The image {image} does not exist in the registry[ ({message})].",
          "Check the image name and tag, and that the image was pushed to the registry the "
          "nodes pull from.",
          image_reason="not_found"),
-    Rule("image.registry_unreachable", "image", "image_pull_failed", "platform", True,
+    Rule("image.registry_unreachable", "image", "image_pull_failed", "platform",
          "The image {image} could not be pulled: the registry was unreachable[ ({message})].",
          f"{_NOTHING_TO_CHANGE}: {_RETRIED}.",
          image_reason="registry_unreachable"),
     # ---- container start
-    Rule("start.gpu_runtime_missing", "start", "cuda_unavailable", "platform", True,
+    Rule("start.gpu_runtime_missing", "start", "cuda_unavailable", "platform",
          "Docker on node[ {node}] could not give the container its GPUs ({message}).",
          f"{_NOTHING_TO_CHANGE}: the node's GPU runtime is misconfigured; {_RETRIED}.",
          log=r"could not select device driver|nvidia-container-cli|invalid runtime name: nvidia"),
-    Rule("start.entrypoint_not_found", "start", "entrypoint_not_found", "user", False,
+    Rule("start.entrypoint_not_found", "start", "entrypoint_not_found", "user",
          "The container could not start: the command[ '{cmd}'] was not found in the image "
          "({why}).",
          "Check spec.command: the program must be installed in the image (on its PATH) or given "
          "by a path that exists in the image; scripts need a valid shebang line.",
          error_kinds=("entrypoint_not_found",),
          extract=_EXEC),
-    Rule("start.entrypoint_message", "start", "entrypoint_not_found", "user", False,
+    Rule("start.entrypoint_message", "start", "entrypoint_not_found", "user",
          "The container could not start: the command[ '{cmd}'] was not found or is not "
          "executable ({why}).",
          "Check spec.command: the program must be installed in the image (on its PATH) or given "
          "by a path that exists in the image, and be executable (chmod +x).",
          log=_EXEC),
-    Rule("start.invalid_config", "start", "invalid_spec", "user", False,
+    Rule("start.invalid_config", "start", "invalid_spec", "user",
          "Docker refused the container configuration derived from the job spec ({message}).",
          "Fix the resources or command in the spec that the message names.",
          error_kinds=("invalid_config",)),
-    Rule("start.daemon_error", "start", "container_start_failed", "platform", True,
+    Rule("start.daemon_error", "start", "container_start_failed", "platform",
          "Docker on node[ {node}] failed to start the container[ ({error_kind}: {message})].",
          f"{_NOTHING_TO_CHANGE}: {_RETRIED}."),
     # ---- the process ran and failed
-    Rule("run.runtime_exceeded", "run", "runtime_exceeded", "user", False,
+    Rule("run.runtime_exceeded", "run", "runtime_exceeded", "user",
          "The job was stopped after reaching its maximum runtime[ of {max_runtime} "
          "(limits.max_runtime_s = {max_runtime_s})].",
          "Raise limits.max_runtime_s, or store checkpoints (spec.checkpoints) and submit a new "
          "job with resume_from set to this job to continue where it stopped.",
          runtime_exceeded=True),
-    Rule("run.host_oom", "run", "host_out_of_memory", "user", False,
+    Rule("run.host_oom", "run", "host_out_of_memory", "user",
          "The container was killed for using more host memory (RAM) than its limit[ of "
          "{memory_limit}] (OOMKilled[, exit code {exit_code}]). This is RAM, not GPU memory.",
          "Raise resources.memory_gb[ (now {memory})] or use less RAM: fewer data-loader "
          "workers, stream the dataset instead of loading it whole.",
          oom_killed=True),
-    Rule("run.gpu_oom", "run", "gpu_out_of_memory", "user", False,
+    Rule("run.gpu_oom", "run", "gpu_out_of_memory", "user",
          "The process ran out of GPU memory (CUDA out of memory[ while allocating {alloc}])"
          "[ on {gpu_model}][ with {gpu_total} in total].",
          "Reduce the batch size, use a smaller model or request a GPU with more memory"
@@ -184,122 +183,123 @@ RULES: tuple[Rule, ...] = (
          r"|CUBLAS_STATUS_ALLOC_FAILED|RESOURCE_EXHAUSTED: Out of memory",
          extract=r"Tried to allocate (?P<alloc>\d+(?:\.\d+)? ?[KMGT]i?B)(?:.*total capacity "
          r"of (?P<gpu_total>\d+(?:\.\d+)? ?[KMGT]i?B))?"),
-    Rule("run.cuda_runtime_missing", "run", "cuda_unavailable", "user", False,
+    Rule("run.cuda_runtime_missing", "run", "cuda_unavailable", "user",
          "The process could not load the CUDA library {lib}: the image does not contain the "
          "CUDA runtime[ (exit code {exit_code})].",
          "Build the image from a CUDA base image (e.g. nvidia/cuda:12.4.1-runtime-ubuntu22.04) "
          "or install the CUDA build of your framework.",
          log=r"(?P<lib>lib(?:cudart|cublas\w*|cudnn\w*|nvrtc|cufft|curand|cusparse|cusolver)"
          r"\.so[\w.]*)"),
-    Rule("run.cuda_driver_missing", "run", "cuda_unavailable", "platform", True,
+    Rule("run.cuda_driver_missing", "run", "cuda_unavailable", "platform",
          "The NVIDIA driver library ({lib}) was not mounted into the container on node[ {node}].",
          f"{_NOTHING_TO_CHANGE}: the node's GPU runtime is misconfigured; {_RETRIED}.",
          gpus_requested=True, log=r"(?P<lib>lib(?:cuda|nvidia-ml)\.so[\w.]*)"),
-    Rule("run.torch_cpu_build", "run", "cuda_unavailable", "user", False,
+    Rule("run.torch_cpu_build", "run", "cuda_unavailable", "user",
          "The image has a CPU-only build of PyTorch (Torch not compiled with CUDA enabled).",
          "Install the CUDA build of PyTorch in the image (pip install torch --index-url "
          "https://download.pytorch.org/whl/cu124) or start from a pytorch/pytorch CUDA image.",
          log=r"Torch not compiled with CUDA enabled"),
-    Rule("run.cuda_driver_too_old", "run", "cuda_unavailable", "user", False,
+    Rule("run.cuda_driver_too_old", "run", "cuda_unavailable", "user",
          "The image's CUDA runtime is newer than the NVIDIA driver on the node supports "
          "({line}).",
          "Use an image built for an older CUDA version (12.x images run on drivers >= 525), or "
          "restrict resources.gpu_models to nodes with a newer driver.",
          log=r"CUDA driver version is insufficient|NVIDIA driver on your system is too old"),
-    Rule("run.no_gpu_requested", "run", "cuda_unavailable", "user", False,
+    Rule("run.no_gpu_requested", "run", "cuda_unavailable", "user",
          "The process looked for a GPU, but the job requested none (resources.gpus = 0).",
          "Set resources.gpus to the number of GPUs the job needs.",
          gpus_requested=False, log=_NO_GPU + r"|libcuda\.so"),
     # GPUs were assigned and the container saw none: the node's GPU runtime, not the job.
-    Rule("run.no_gpu_visible", "run", "cuda_unavailable", "platform", True,
+    Rule("run.no_gpu_visible", "run", "cuda_unavailable", "platform",
          "The process saw no GPU although[ {gpu_count}] GPU(s) were assigned to it on node"
          "[ {node}] ({line}).",
          f"{_NOTHING_TO_CHANGE} unless it overrides CUDA_VISIBLE_DEVICES or "
          f"NVIDIA_VISIBLE_DEVICES; {_RETRIED}.",
          gpus_requested=True, log=_NO_GPU),
-    Rule("run.missing_module", "run", "missing_module", "user", False,
+    Rule("run.missing_module", "run", "missing_module", "user",
          "The process exited with code {exit_code}: Python could not import the module "
          "'{module}' (ModuleNotFoundError).",
          "Install '{package}' in the image (e.g. RUN pip install {package} in its Dockerfile), "
          "or fix the import if '{module}' is part of your code.",
          log=r"(?:ModuleNotFoundError|ImportError): No module named '?(?P<module>[\w.]+)'?"),
-    Rule("run.import_name", "run", "missing_module", "user", False,
+    Rule("run.import_name", "run", "missing_module", "user",
          "The process exited with code {exit_code}: '{name}' could not be imported from "
          "'{module}': the installed version of '{package}' is usually not the one the code "
          "expects.",
          "Pin the version of '{package}' the code was written for in the image.",
          log=r"ImportError: cannot import name '(?P<name>\w+)' from '(?P<module>[\w.]+)'"),
-    Rule("run.script_not_found", "run", "missing_file", "user", False,
+    Rule("run.script_not_found", "run", "missing_file", "user",
          "The process exited with code {exit_code}: Python could not open the script "
          "'{path}' (No such file or directory).",
          "Check spec.command and the image's working directory: '{path}' must exist inside the "
          "image (COPY it in the Dockerfile) or be given as an absolute path.",
          log=r"can't open file '(?P<path>[^']+)'"),
-    Rule("run.file_not_found", "run", "missing_file", "user", False,
+    Rule("run.file_not_found", "run", "missing_file", "user",
          "The process exited with code {exit_code}: a file it reads does not exist ({path}).",
          "Make sure '{path}' is in the image or is downloaded by the job before it is read; "
          "relative paths start at the container's working directory.",
          log=r"FileNotFoundError: (?:\[Errno 2\] )?(?:No such file or directory: )?"
          r"'?(?P<path>[^'\s]+)'?"),
-    Rule("run.command_not_found", "run", "entrypoint_not_found", "user", False,
+    Rule("run.command_not_found", "run", "entrypoint_not_found", "user",
          "The command[ {command0}] was not found in the image (exit code 127[: {line}]).",
          "Check spec.command: the program must be installed in the image (on its PATH) or "
          "given by a path that exists in the image.",
          exit_codes=(127,)),
-    Rule("run.command_not_executable", "run", "entrypoint_not_found", "user", False,
+    Rule("run.command_not_executable", "run", "entrypoint_not_found", "user",
          "The command[ {command0}] exists but could not be executed (exit code 126[: {line}]).",
          "Make the program executable (chmod +x in the Dockerfile) or run it through its "
          "interpreter, e.g. python train.py.",
          exit_codes=(126,)),
     # SIGKILL/SIGTERM without an OOM kill, a cancel, the runtime limit or a node shutdown: the
     # sender is unknown (a kill in the job, or something on the node). Say so, retry once.
-    Rule("run.killed", "run", "unknown", "platform", True,
+    Rule("run.killed", "run", "unknown", "platform",
          "The process was killed by {signal_name}[ (exit code {exit_code})]. It was not "
          "OOM-killed, so this is not the host memory limit[ of {memory_limit}], and gridledger "
          "did not stop it (no cancel, runtime limit or node shutdown).",
-         "gridledger retries it once on another node. If it is killed again, look for a kill or "
-         "a supervisor inside the job, or a child process killed for memory (raise "
+         "gridledger retries it once, on another node when one can hold it. If it is killed "
+         "again, look for a kill or a supervisor inside the job, or a child process killed for "
+         "memory (raise "
          "resources.memory_gb).",
          signals=(9, 15), oom_killed=False),
-    Rule("run.crashed", "run", "user_process_error", "user", False,
+    Rule("run.crashed", "run", "user_process_error", "user",
          "The process crashed with {signal_name}[ (exit code {exit_code})][: {last_line}].",
          "A native crash inside the job (a library or extension); check the last log lines, "
          "and the versions of the native libraries in the image.",
          signals=(4, 6, 7, 8, 11)),
-    Rule("run.exit_nonzero", "run", "user_process_error", "user", False,
+    Rule("run.exit_nonzero", "run", "user_process_error", "user",
          "The process exited with code {exit_code}[; last log line: {last_line}].",
          "The job's own code failed; the last log lines are in the evidence. Fix it and submit "
          "again (set retry.retry_user_errors to retry such failures automatically)."),
     # ---- the process exited 0; outputs
-    Rule("outputs.missing", "outputs", "output_missing", "user", False,
+    Rule("outputs.missing", "outputs", "output_missing", "user",
          "The process exited 0 but did not write the required output {missing_outputs} under "
          "$GRIDLEDGER_OUTPUT_DIR.",
          "Write it under $GRIDLEDGER_OUTPUT_DIR (the path is relative to it), or mark it "
          "required: false in spec.outputs.",
          requires=("missing_outputs",)),
-    Rule("outputs.store_failed", "outputs", "output_upload_failed", "platform", False,
+    Rule("outputs.store_failed", "outputs", "output_upload_failed", "platform",
          "The process exited 0, but storing the output {failed_outputs} in the artifact store "
          "failed[ ({store_message})].",
          "Your job did its work; the outputs that were not stored are lost. Run the job again "
          "to produce them; the compute of this attempt is credited.",
          requires=("failed_outputs",)),
     # ---- node, finishing
-    Rule("node.lost", "node", "node_lost", "platform", True,
+    Rule("node.lost", "node", "node_lost", "platform",
          "Node[ {node}] stopped sending heartbeats[ (last at {last_heartbeat})] and was "
          "declared lost[ at {deadline}].",
          f"{_NOTHING_TO_CHANGE}: {_RETRIED}, from the latest checkpoint if the job stored "
          "one (declare spec.checkpoints to lose less work).",
          trigger=("AttemptLost",)),
-    Rule("node.agent_shutdown", "node", "node_lost", "platform", True,
+    Rule("node.agent_shutdown", "node", "node_lost", "platform",
          "The agent on node[ {node}] shut down during the attempt and stopped the container.",
          f"{_NOTHING_TO_CHANGE}: {_RETRIED}.",
          release_reasons=("agent_shutdown",)),
-    Rule("finishing.timeout", "finishing", "finishing_timeout", "platform", True,
+    Rule("finishing.timeout", "finishing", "finishing_timeout", "platform",
          "Node[ {node}] did not finish the attempt (outputs, release)[ before {deadline}]"
          "[ after the process exited with code {exit_code}].",
          f"{_NOTHING_TO_CHANGE}: {_RETRIED}."),
     # ---- nothing matched
-    Rule("fallback.unknown", "*", "unknown", "platform", True,
+    Rule("fallback.unknown", "*", "unknown", "platform",
          "The attempt ended without a recognised cause[ (exit code {exit_code})]"
          "[; last log line: {last_line}].",
          "gridledger retries once. If it fails the same way, the evidence and logs show what "
@@ -348,6 +348,7 @@ def _matches(rule: Rule, f: Facts) -> list[str] | None:
         rule.gpus_requested is None or (f.gpus_requested > 0) == rule.gpus_requested,
         not rule.rejected_as or f.rejected_as == rule.rejected_as,
         not rule.error_kinds or f.error_kind in rule.error_kinds,
+        rule.retry_attempt is None or (f.attempt > 1) == rule.retry_attempt,
         all(f.values.get(name) for name in rule.requires),
     )
     if not all(checks):

@@ -14,41 +14,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from projections.classes import CLASSES, FailureClass, Terminal
+from projections.classes import row as class_row
 from projections.evidence import number
 from projections.failures import Classification
 from schemas.spec import RetrySpec
 from schemas.types import CheckpointRef
 from schemas.views import JobView
 
-RETRY_POLICY_VERSION = "1"
-
-NODE_RELATED = (
-    "node_lost",
-    "dispatch_timeout",
-    "image_pull_failed",
-    "container_start_failed",
-    "cuda_unavailable",
-    "finishing_timeout",
-    "unknown",
-)
-"""Classes that may be the node's fault: the retry avoids the node (and its provider).
-``unknown`` is here because avoiding one node is cheap and the cause may be it."""
-
-_WHY_NOT = {
-    "image_not_found": "the job's image does not exist",
-    "entrypoint_not_found": "the job's command is not in its image",
-    "missing_module": "the job's image lacks a Python module it imports",
-    "cuda_unavailable": "the job's image cannot use CUDA",
-    "missing_file": "a file the job reads does not exist",
-    "runtime_exceeded": "the job reached its declared maximum runtime",
-    "output_missing": "the job did not write a required output",
-    "invalid_spec": "the job spec cannot run as submitted",
-    "does_not_fit": "no node in the fleet can hold the job",
-    "capacity_unavailable": (
-        "no capacity became free before the queue deadline, and gridledger does not "
-        "extend a job's queue deadline on its own"
-    ),
-}
+RETRY_POLICY_VERSION = "2"
+"""2: the class table decides; avoidance is a preference named in the reason."""
 
 
 class RetryPolicy(BaseModel):
@@ -59,20 +34,11 @@ class RetryPolicy(BaseModel):
     version: str = RETRY_POLICY_VERSION
     default_retry: RetrySpec = Field(default_factory=RetrySpec)  # type: ignore[arg-type]
     """Used when the view has no spec (a history that lost its JobSubmitted)."""
-    class_retry_limits: dict[str, int] = Field(default_factory=lambda: {"unknown": 1})
-    """At most this many retries after failures of the class, whatever the budget left."""
-    opt_in_classes: tuple[str, ...] = (
-        "user_process_error",
-        "gpu_out_of_memory",
-        "host_out_of_memory",
-    )
-    """User failures that ``retry.retry_user_errors`` makes retryable: the ones that can be
-    transient (a flaky step, fragmentation, a data-dependent spike). A missing module or
-    file fails the same way every time, so opting in does not retry those."""
-    node_related: tuple[str, ...] = NODE_RELATED
-    provider_related: tuple[str, ...] = ("node_lost", "dispatch_timeout")
-    """Classes where the retry also avoids the failed node's provider: a vanished or
-    unresponsive node is the kind of fault a provider has in several nodes at once."""
+    classes: dict[str, FailureClass] = Field(default_factory=lambda: dict(CLASSES))
+    """The failure-class table (:mod:`projections.classes`); a test may vary one row."""
+
+    def row(self, name: str) -> FailureClass:
+        return self.classes.get(name) or class_row(name)
 
 
 DEFAULT_POLICY = RetryPolicy()
@@ -93,6 +59,10 @@ class RetryDecision(BaseModel):
     resume_from: CheckpointRef | None = None
     avoid_nodes: list[str] = Field(default_factory=list)
     avoid_providers: list[str] = Field(default_factory=list)
+    """Preferences, not exclusions: the scheduler tries other nodes and providers first,
+    then falls back to the same provider, then the same node (never a silent one)."""
+    avoid_reason: str = ""
+    """What the retry prefers to avoid and why, naming the node and the provider."""
     terminal: Literal["", "JobFailed", "JobSucceededWithErrors", "JobCancelled"] = ""
     policy_version: str = RETRY_POLICY_VERSION
 
@@ -111,16 +81,13 @@ def latest_checkpoint(view: JobView) -> CheckpointRef | None:
     return first or view.resume_from
 
 
-Terminal = Literal["JobFailed", "JobSucceededWithErrors", "JobCancelled"]
-
-
 def _final(
     c: Classification, terminal: Terminal, reason: str, policy: RetryPolicy
 ) -> RetryDecision:
     return RetryDecision(
         action="final",
         attempt=c.attempt,
-        terminal=terminal,
+        terminal="JobFailed" if terminal == "JobRejected" else terminal,
         reason=reason,
         policy_version=policy.version,
     )
@@ -144,25 +111,15 @@ def decide(
     c = classification
     retry = view.spec.retry if view.spec else policy.default_retry
     cls = c.failure_class
-    if cls == "cancelled":
+    row = policy.row(cls)
+    if row.terminal == "JobCancelled":
         return _final(c, "JobCancelled", "cancelled by the user", policy)
-    if cls == "output_upload_failed":
-        return _final(
-            c,
-            "JobSucceededWithErrors",
-            "not retried: retrying only the output upload is not supported yet, and rerunning "
-            "the whole job would redo work that already finished",
-            policy,
-        )
-    opted_in = retry.retry_user_errors and cls in policy.opt_in_classes
-    if not (c.retryable or opted_in):
-        why = _WHY_NOT.get(cls, "the job's own code failed")
-        hint = (
-            "; set retry.retry_user_errors to retry it automatically"
-            if cls in policy.opt_in_classes
-            else ""
-        )
-        return _final(c, "JobFailed", f"not retryable: {why}{hint}", policy)
+    if row.terminal == "JobSucceededWithErrors":
+        return _final(c, row.terminal, f"not retried: {row.why_not}", policy)
+    opted_in = retry.retry_user_errors and row.opt_in
+    if not (row.retryable_for(c.attribution) or opted_in):
+        hint = "; set retry.retry_user_errors to retry it automatically" if row.opt_in else ""
+        return _final(c, row.terminal, f"not retryable: {row.why_not}{hint}", policy)
     if c.attempt >= retry.max_attempts:
         return _final(
             c,
@@ -170,39 +127,56 @@ def decide(
             f"retry budget exhausted ({c.attempt} of {retry.max_attempts} attempts)",
             policy,
         )
-    limit = policy.class_retry_limits.get(cls)
     before = sum(1 for a in view.attempts if a.failure_class == cls and a.attempt != c.attempt)
-    if limit is not None and before >= limit:
+    if row.limit is not None and before >= row.limit:
         return _final(
             c,
             "JobFailed",
-            f"{cls} failures are retried {limit} time(s) at most and it happened again "
+            f"{cls} failures are retried {row.limit} time(s) at most and it happened again "
             f"on attempt {c.attempt}",
             policy,
         )
-    return _retry(view, c, retry, policy)
+    return _retry(view, c, retry, row, policy)
+
+
+def avoidance(row: FailureClass, node: str, provider: str) -> tuple[list[str], list[str], str]:
+    """(nodes, providers, reason) a retry after a failure of ``row`` on ``node`` of
+    ``provider`` prefers to avoid. The reason names both and the fallback order."""
+    if row.avoid == "" or not node:
+        return [], [], ""
+    nodes = [node]
+    providers = [provider] if row.avoid == "provider" and provider else []
+    where = f"{node} of provider {provider}" if provider else node
+    if providers:
+        prefer = f"a node other than {node} and a provider other than {provider}"
+        fallback = f"to provider {provider}, then to node {node}"
+    else:
+        prefer = f"a node other than {node}"
+        fallback = f"to node {node}"
+    reason = (
+        f"prefers {prefer} ({row.name} on {where}: {row.avoid_why}); when nothing else can "
+        f"hold it, falls back {fallback} (never to a node still silent)"
+    )
+    return nodes, providers, reason
 
 
 def _retry(
-    view: JobView, c: Classification, retry: RetrySpec, policy: RetryPolicy
+    view: JobView, c: Classification, retry: RetrySpec, row: FailureClass, policy: RetryPolicy
 ) -> RetryDecision:
     n = max(c.attempt, 1)
     delay = min(retry.backoff_cap_s, retry.backoff_s * 2 ** (n - 1))
     base_time = c.occurred_at or view.updated_at
     not_before = base_time + timedelta(seconds=delay) if base_time else None
     failed = next((a for a in view.attempts if a.attempt == c.attempt), None)
-    avoid_nodes, avoid_providers = set(view.avoid_nodes), set(view.avoid_providers)
-    node_related = c.failure_class in policy.node_related
-    if failed is not None and node_related and failed.node_id:
-        avoid_nodes.add(failed.node_id)
-    if failed is not None and c.failure_class in policy.provider_related and failed.provider:
-        avoid_providers.add(failed.provider)
+    nodes, providers, why = (
+        avoidance(row, failed.node_id, failed.provider) if failed else ([], [], "")
+    )
     resume = latest_checkpoint(view)
     reason = (
         f"{c.failure_class} is retryable: attempt {c.attempt + 1} of {retry.max_attempts} "
         f"after {number(delay)} s"
-        + (" on another node" if node_related else "")
         + (f", resuming from checkpoint {resume.name}" if resume else "")
+        + (f"; it {why}" if why else "")
     )
     return RetryDecision(
         action="retry",
@@ -212,7 +186,8 @@ def _retry(
         delay_s=delay,
         not_before=not_before,
         resume_from=resume,
-        avoid_nodes=sorted(avoid_nodes),
-        avoid_providers=sorted(avoid_providers),
+        avoid_nodes=sorted({*view.avoid_nodes, *nodes}),
+        avoid_providers=sorted({*view.avoid_providers, *providers}),
+        avoid_reason=why,
         policy_version=policy.version,
     )

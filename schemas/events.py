@@ -318,13 +318,21 @@ class FailureClassified(Event):
 class RetryScheduled(Event):
     """The attempt ``attempt`` failed; ``next_attempt`` will be queued after ``delay_s``."""
 
+    SCHEMA_VERSION: ClassVar[int] = 2
+    """v2 added ``avoid_reason``."""
+
     next_attempt: int
     delay_s: float
     not_before: datetime
     resume_from: CheckpointRef | None = None
     avoid_nodes: list[str] = Field(default_factory=list)
+    """Nodes the retry prefers not to use: the scheduler places it elsewhere when it can,
+    and falls back to them (never to one still silent) after a short wait."""
     avoid_providers: list[str] = Field(default_factory=list)
+    """Providers the retry prefers not to use, with the same fallback."""
     reason: str = ""
+    avoid_reason: str = ""
+    """Why those are avoided, naming the failed node and its provider ('' when nothing is)."""
 
 
 class JobSucceeded(Event):

@@ -184,6 +184,20 @@ def node_lost_then_resume() -> JobHistory:
     return _succeed(h)
 
 
+def retry_no_capacity() -> JobHistory:
+    """Node lost mid-run; its retry finds no node before its queue deadline."""
+    h = _ran(JobHistory(), 300)
+    h.checkpoint("step-500", 500)
+    h.wait(20).node_dies()
+    h.wait(45).unresponsive()
+    h.wait(60).lost()
+    retry = h.events[-1]
+    assert isinstance(retry, RetryScheduled), retry
+    h.wait(retry.delay_s).queue()
+    h.wait(600).no_capacity()
+    return h
+
+
 def upload_failed() -> JobHistory:
     h = _ran(JobHistory())
     h.exit(0, ("saved model.pt",))
@@ -258,6 +272,7 @@ SCENARIOS: dict[str, Callable[[], JobHistory]] = {
         does_not_fit,
         capacity_unavailable,
         node_lost_then_resume,
+        retry_no_capacity,
         upload_failed,
         output_missing,
         cancel_while_queued,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -109,8 +110,10 @@ def test_unknown_is_retried_once() -> None:
     assert "retried 1 time(s) at most" in second.reason
 
 
-def test_class_limits_are_policy() -> None:
-    policy = RetryPolicy(class_retry_limits={"unknown": 2})
+def test_class_limits_come_from_the_class_table() -> None:
+    classes = dict(DEFAULT_POLICY.classes)
+    classes["unknown"] = dataclasses.replace(classes["unknown"], limit=2)
+    policy = RetryPolicy(classes=classes)
     d = decide(
         view(("unknown", "platform"), ("unknown", "platform")), failure("unknown", 2), policy
     )
@@ -156,3 +159,25 @@ def test_avoided_nodes_accumulate() -> None:
     d = decide(v, failure("image_pull_failed", 2))
     assert d.avoid_nodes == ["node-1", "node-2"]
     assert d.avoid_providers == ["p1"]  # a registry problem is not the provider's
+
+
+def test_the_decision_names_the_avoided_node_and_provider_as_a_preference() -> None:
+    v = view(("node_lost", "platform"))
+    d = decide(v, failure("node_lost"))
+    assert "node_lost on node-1 of provider p1" in d.avoid_reason
+    assert "prefers a node other than node-1 and a provider other than p1" in d.reason
+    assert "falls back to provider p1, then to node node-1" in d.reason
+    assert "on another node" not in d.reason  # a preference, not a promise
+
+
+def test_a_node_only_class_names_the_node_and_keeps_the_provider() -> None:
+    d = decide(view(("unknown", "platform")), failure("unknown"))
+    assert d.avoid_nodes == ["node-1"] and d.avoid_providers == []
+    assert "unknown on node-1 of provider p1" in d.avoid_reason
+    assert "provider other than" not in d.reason
+
+
+def test_nothing_avoided_says_nothing_about_nodes() -> None:
+    v = view(("gpu_out_of_memory", "user"), retry={"retry_user_errors": True})
+    d = decide(v, failure("gpu_out_of_memory", who="user", retryable=False))
+    assert d.avoid_reason == "" and "node" not in d.reason

@@ -214,6 +214,26 @@ def test_node_lost_retries_from_checkpoint_on_another_node() -> None:
     assert record.final and record.reconciled
 
 
+def test_a_retry_without_capacity_says_it_was_the_retry_and_credits_the_lost_attempt() -> None:
+    h = scenarios.retry_no_capacity()
+    view, record = outcome(h)
+    failed = only(h, JobFailed)
+    assert isinstance(failed, JobFailed)
+    assert (view.status, failed.failure_class, failed.attribution) == (
+        "failed",
+        "capacity_unavailable",
+        "capacity",
+    )
+    assert view.failure is not None and view.failure.rule_id == "queue.retry_no_capacity"
+    summary = view.failure.summary
+    assert summary.startswith("Attempt 2, the retry after node_lost on attempt 1 on node node-a")
+    assert "of provider aws" in summary and "Your job's spec is not the problem" in summary
+    assert "resume_from: job-1" in view.failure.advice  # a checkpoint exists to resume from
+    (lost,) = record.attempts
+    assert lost.outcome == "lost" and lost.billable_gpu_seconds == 0.0
+    assert record.billable_gpu_seconds == 0.0 and record.final
+
+
 def test_upload_failure_after_exit_0_succeeds_with_errors_and_is_credited() -> None:
     h = scenarios.upload_failed()
     view, record = outcome(h)
