@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from schemas.spec import JobSpec
-from services.cli.main import build_parser
+from services.cli.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +23,7 @@ def test_compose_file_has_every_service_with_the_commands_the_cli_knows() -> Non
     services = compose["services"]
     for name in ("kafka", "postgres", "api", "scheduler", "processors", "sink", "agent", "topics"):
         assert name in services, f"docker-compose.yml lacks {name}"
-    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    commands = cli.commands
     for name, service in services.items():
         if "command" in service and service.get("image", "").startswith("gridledger/"):
             assert service["command"][0] in commands, f"{name}: unknown command"

@@ -2,68 +2,52 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import signal
 from pathlib import Path
 from typing import Any
 
+import click
+
 from services.agent.bootstrap import run_agent
 from services.agent.settings import AgentSettings
 from services.settings import load_settings
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``agent`` command to the top-level parser."""
-    parser = subparsers.add_parser(
-        "agent",
-        help="run the node agent: take attempts placed on this node and run them in Docker",
-        description="Runs until SIGTERM/SIGINT. Every option also reads GRIDLEDGER_AGENT_<NAME> "
-        "(e.g. GRIDLEDGER_AGENT_PULL_POLICY); options win. On shutdown running containers are "
-        "left running and re-attached by the next start (--shutdown-policy stop stops them).",
-    )
-    parser.add_argument("--node-id", help="this node's id (default: the host name)")
-    parser.add_argument(
-        "--provider", help="provider label (default: from the inventory or 'local')"
-    )
-    parser.add_argument("--region", help="region label (default: from the inventory or 'local')")
-    parser.add_argument(
-        "--inventory",
-        type=Path,
-        help="declared GPU inventory (JSON or YAML), used when NVML is unavailable",
-    )
-    parser.add_argument("--pull-policy", choices=["never", "if_not_present"])
-    parser.add_argument("--heartbeat-interval", type=float, dest="heartbeat_interval_s")
-    parser.add_argument("--meter-interval", type=float, dest="meter_interval_s")
-    parser.add_argument("--log-quota-bytes", type=int)
-    parser.add_argument("--shutdown-policy", choices=["detach", "stop"])
-    parser.add_argument("--log-level", default="INFO")
-    parser.set_defaults(handler=run)
+@click.command(
+    "agent",
+    short_help="run the node agent: take attempts placed on this node and run them in Docker",
+)
+@click.option("--node-id", help="This node's id (default: the host name).")
+@click.option("--provider", help="Provider label (default: from the inventory or 'local').")
+@click.option("--region", help="Region label (default: from the inventory or 'local').")
+@click.option(
+    "--inventory",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Declared GPU inventory (JSON or YAML), used when NVML is unavailable.",
+)
+@click.option("--pull-policy", type=click.Choice(["never", "if_not_present"]))
+@click.option("--heartbeat-interval", "heartbeat_interval_s", type=float, metavar="S")
+@click.option("--meter-interval", "meter_interval_s", type=float, metavar="S")
+@click.option("--log-quota-bytes", type=int)
+@click.option("--shutdown-policy", type=click.Choice(["detach", "stop"]))
+@click.option("--log-level", default="INFO", show_default=True)
+def agent(log_level: str, inventory: Path | None, **options: Any) -> int:
+    """Run the node agent until SIGTERM/SIGINT.
 
-
-def run(args: argparse.Namespace) -> int:
+    Every option also reads GRIDLEDGER_AGENT_<NAME> (e.g.
+    GRIDLEDGER_AGENT_PULL_POLICY); options win. On shutdown running containers
+    are left running and re-attached by the next start (--shutdown-policy stop
+    stops them).
+    """
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    overrides = {
-        name: value
-        for name, value in {
-            "node_id": args.node_id,
-            "provider": args.provider,
-            "region": args.region,
-            "inventory_file": args.inventory,
-            "pull_policy": args.pull_policy,
-            "heartbeat_interval_s": args.heartbeat_interval_s,
-            "meter_interval_s": args.meter_interval_s,
-            "log_quota_bytes": args.log_quota_bytes,
-            "shutdown_policy": args.shutdown_policy,
-        }.items()
-        if value is not None
-    }
+    options["inventory_file"] = inventory
+    overrides = {name: value for name, value in options.items() if value is not None}
     agent_settings = AgentSettings(**overrides)
-    settings = load_settings()
-    asyncio.run(_serve(settings, agent_settings))
+    asyncio.run(_serve(load_settings(), agent_settings))
     return 0
 
 
@@ -73,3 +57,6 @@ async def _serve(settings: Any, agent_settings: AgentSettings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await run_agent(settings, agent_settings, stop)
+
+
+COMMANDS = (agent,)

@@ -2,37 +2,30 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
-from typing import Any
+
+import click
 
 BENCHMARKS = ("scheduling", "replay", "sink", "pipeline", "launch", "logs")
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``bench`` command to the top-level parser."""
-    parser = subparsers.add_parser(
-        "bench",
-        help="run benchmarks (launch, logs, pipeline, scheduling, replay, sink)",
-        description="Runs against the local stack (`gridledger dev up`) with its own topics, "
-        "Postgres schema and services; prints p50/p99/max/throughput and the same-run baseline "
-        "ratio, saves JSON under bench/results/ (bench/results/quick/ with --quick).",
-    )
-    parser.add_argument(
-        "names", nargs="*", metavar="NAME", help=f"any of {', '.join(BENCHMARKS)} (default: all)"
-    )
-    parser.add_argument("--quick", action="store_true", help="small sizes, seconds (CI)")
-    parser.add_argument("--out", type=Path, default=None, help="results folder")
-    parser.set_defaults(handler=run)
+@click.command("bench", short_help="run benchmarks (" + ", ".join(BENCHMARKS) + ")")
+@click.argument("names", nargs=-1, metavar="[NAME]...", type=click.Choice(BENCHMARKS))
+@click.option("--quick", is_flag=True, help="Small sizes, seconds (CI).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Results folder.")
+def bench(names: tuple[str, ...], quick: bool, out: Path | None) -> int:
+    """Run benchmarks against the local stack (`gridledger dev up`).
 
-
-def run(args: argparse.Namespace) -> int:
+    Each uses its own topics, Postgres schema and services; prints
+    p50/p99/max/throughput and the same-run baseline ratio, saves JSON under
+    bench/results/ (bench/results/quick/ with --quick). NAME is any of the
+    benchmarks (default: all).
+    """
     from bench.runner import run as run_benchmarks
     from services.settings import load_settings
 
-    names = args.names or list(BENCHMARKS)
-    unknown = sorted(set(names) - set(BENCHMARKS))
-    if unknown:
-        raise SystemExit(f"gridledger bench: unknown {unknown}; choose from {BENCHMARKS}")
-    run_benchmarks(load_settings(), names, args.quick, args.out)
+    run_benchmarks(load_settings(), list(names or BENCHMARKS), quick, out)
     return 0
+
+
+COMMANDS = (bench,)

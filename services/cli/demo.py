@@ -2,31 +2,32 @@
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+import click
 
 from services.settings import load_settings
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "demo",
-        help="start the local stack and two agents, run one job per failure mode, print a table",
-        description="Brings up Kafka, Postgres and Docker (`dev up`), runs the api, sink, "
-        "scheduler, processors and two agents with declared GPU inventories, submits jobs "
-        "covering the failure modes, follows one job's logs live and ends with a table read "
-        "back from the API. Takes a few minutes on 2 cores.",
-    )
-    parser.add_argument(
-        "--keep-running",
-        action="store_true",
-        help="leave the services and agents running after the table (Ctrl-C stops them), "
-        "to try submit/status/logs/explain against them",
-    )
-    parser.set_defaults(handler=run)
+@click.command(
+    "demo",
+    short_help="start the local stack and two agents, run one job per failure mode, print a table",
+)
+@click.option(
+    "--keep-running",
+    is_flag=True,
+    help="Leave the services and agents running after the table (Ctrl-C stops them), "
+    "to try submit/status/logs/explain against them.",
+)
+def demo(keep_running: bool) -> int:
+    """Show every failure mode end to end on the local stack.
 
-
-def run(args: argparse.Namespace) -> int:
+    Brings up Kafka, Postgres and Docker (`dev up`), runs the api, sink,
+    scheduler, processors and two agents with declared GPU inventories,
+    submits jobs covering the failure modes, follows one job's logs live and
+    ends with a table read back from the API. Takes a few minutes on 2 cores.
+    """
     from services.demo.run import main
 
-    return main(load_settings(), keep_running=args.keep_running)
+    return main(load_settings(), keep_running=keep_running)
+
+
+COMMANDS = (demo,)

@@ -1,85 +1,88 @@
-"""``gridledger dev up|down|status``: the local stack of infra/ (Kafka, Postgres, Docker)."""
+"""``gridledger dev up|down|status|topics``: the local stack of infra/ (Kafka, Postgres, Docker)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import time
-from typing import Any
+
+import click
 
 from infra import stack
 from infra.status import ComponentStatus
 from infra.topics import ensure_topics
-from services.settings import Settings, load_settings
+from services.cli.options import Output, output_options
+from services.settings import load_settings
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``dev`` group to the top-level parser."""
-    dev = subparsers.add_parser(
-        "dev",
-        help="start, stop or inspect the local stack (Kafka, Postgres, Docker, images)",
-        description="The local stack used by services and tests; state lives in GRIDLEDGER_HOME "
-        "(default ./.gridledger).",
-    )
-    commands = dev.add_subparsers(dest="dev_command", metavar="COMMAND", required=True)
-    up = commands.add_parser("up", help="start what is not running, then check every component")
-    up.set_defaults(handler=run_up)
-    down = commands.add_parser("down", help="stop what `dev up` started in this home (data kept)")
-    down.set_defaults(handler=run_down)
-    status = commands.add_parser("status", help="state, address, pid and log of each component")
-    status.add_argument("--json", action="store_true", help="print one JSON object")
-    status.set_defaults(handler=run_status)
-    topics = commands.add_parser(
-        "topics",
-        help="create every gridledger topic on the configured broker (for deployments "
-        "whose Kafka is not started by dev up, e.g. docker-compose)",
-    )
-    topics.set_defaults(handler=run_topics)
+@click.group("dev", short_help="start, stop or inspect the local stack (Kafka, Postgres, Docker)")
+def dev() -> None:
+    """The local stack used by services and tests.
+
+    Its state lives in GRIDLEDGER_HOME (default ./.gridledger).
+    """
 
 
 def _print(component: ComponentStatus) -> None:
-    print(component.line(), flush=True)
+    click.echo(component.line())
 
 
-def run_up(args: argparse.Namespace, settings: Settings | None = None) -> int:
-    settings = settings or load_settings()
+@dev.command("up")
+def up() -> int:
+    """Start what is not running, then check every component."""
+    settings = load_settings()
     began = time.monotonic()
-    print(f"gridledger local stack in {settings.home}", flush=True)
+    click.echo(f"gridledger local stack in {settings.home}")
     asyncio.run(stack.up(settings, report=_print))
-    print(f"settings: {stack.stack_env_path(settings)}")
-    print(f"tokens:   {settings.tokens_path}")
-    print(f"ready in {time.monotonic() - began:.1f} s")
+    click.echo(f"settings: {stack.stack_env_path(settings)}")
+    click.echo(f"tokens:   {settings.tokens_path}")
+    click.echo(f"ready in {time.monotonic() - began:.1f} s")
     return 0
 
 
-def run_down(args: argparse.Namespace, settings: Settings | None = None) -> int:
-    settings = settings or load_settings()
-    print(f"gridledger local stack in {settings.home}", flush=True)
+@dev.command("down")
+def down() -> int:
+    """Stop what `dev up` started in this home (data kept)."""
+    settings = load_settings()
+    click.echo(f"gridledger local stack in {settings.home}")
     stack.down(settings, report=_print)
     return 0
 
 
-def run_status(args: argparse.Namespace, settings: Settings | None = None) -> int:
-    """Exit code 0 when every component runs, 1 otherwise."""
-    settings = settings or load_settings()
+@dev.command("status")
+@output_options
+def status(out: Output) -> int:
+    """State, address, pid and log of each component.
+
+    Exit code 0 when every component runs, 1 otherwise.
+    """
+    settings = load_settings()
     components = asyncio.run(stack.status(settings))
-    if args.json:
-        payload = {
-            "home": str(settings.home),
-            "components": {c.name: c.to_json() for c in components},
-        }
-        print(json.dumps(payload, indent=2))
-    else:
-        print(f"gridledger local stack in {settings.home}")
-        for component in components:
-            _print(component)
+    payload = {"home": str(settings.home), "components": {c.name: c.to_json() for c in components}}
+
+    def text(_: object) -> str:
+        lines = [f"gridledger local stack in {settings.home}"]
+        return "\n".join(lines + [c.line() for c in components])
+
+    out.emit(payload, text)
     return 0 if all(c.running for c in components) else 1
 
 
-def run_topics(args: argparse.Namespace, settings: Settings | None = None) -> int:
-    settings = settings or load_settings()
-    created = asyncio.run(ensure_topics(settings))
-    for name, partitions in sorted(created.items()):
-        print(f"{name}: {partitions} partitions")
+@dev.command(
+    "topics",
+    short_help="create every gridledger topic on the configured broker",
+)
+@output_options
+def topics(out: Output) -> int:
+    """Create every gridledger topic on the configured broker.
+
+    For deployments whose Kafka is not started by `dev up` (e.g. docker-compose).
+    """
+    created = asyncio.run(ensure_topics(load_settings()))
+    out.emit(
+        {"topics": dict(sorted(created.items()))},
+        lambda data: "\n".join(f"{n}: {p} partitions" for n, p in data["topics"].items()),
+    )
     return 0
+
+
+COMMANDS = (dev,)

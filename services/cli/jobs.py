@@ -1,79 +1,20 @@
-"""Job commands: submit, status, logs, explain, history, cancel, usage, nodes (over the API)."""
+"""Job commands over the API: submit, status, explain, history, cancel."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any
+
+import click
 
 from schemas.views import TERMINAL_STATUSES
 from services.cli import render
-from services.cli.client import ApiClient, ApiError, base_url, resolve_token
+from services.cli.client import ApiClient, ApiError
 from services.cli.explain import STATUS_LINES, explain
-from services.settings import load_settings
-
-
-def _common() -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--token", help="API token (default: $GRIDLEDGER_TOKEN, dev tokens file)")
-    parent.add_argument("--api", help="API base URL (default: $GRIDLEDGER_API_URL or settings)")
-    return parent
-
-
-def register(subparsers: Any) -> None:
-    """Add the job commands to the top-level parser."""
-    common = _common()
-    p = subparsers.add_parser("submit", parents=[common], help="submit a job spec (YAML or JSON)")
-    p.add_argument("file", help="job spec file, or - for stdin")
-    p.add_argument(
-        "--wait", action="store_true", help="wait until the job ends; exit 0 if it succeeded"
-    )
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument(
-        "--idempotency-key", help="submitting again with the same key returns the same job"
-    )
-    p.set_defaults(handler=run_submit)
-    p = subparsers.add_parser("status", parents=[common], help="a job's status, or your jobs")
-    p.add_argument("job", nargs="?", help="job id (omit to list your jobs)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=run_status)
-    p = subparsers.add_parser("logs", parents=[common], help="a job's logs")
-    p.add_argument("job")
-    p.add_argument("-f", "--follow", action="store_true", help="stream until the job ends")
-    p.add_argument("--attempt", type=int)
-    p.set_defaults(handler=run_logs)
-    p = subparsers.add_parser("explain", parents=[common], help="what happened and what to do next")
-    p.add_argument("job")
-    p.set_defaults(handler=run_explain)
-    p = subparsers.add_parser("history", parents=[common], help="a job's events with durations")
-    p.add_argument("job")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=run_history)
-    p = subparsers.add_parser("cancel", parents=[common], help="cancel a job")
-    p.add_argument("job")
-    p.add_argument("--reason", default="")
-    p.set_defaults(handler=run_cancel)
-    p = subparsers.add_parser("usage", parents=[common], help="GPU time held, billable, credited")
-    p.add_argument("job", nargs="?")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=run_usage)
-    p = subparsers.add_parser("nodes", parents=[common], help="the fleet")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=run_nodes)
-
-
-def client(args: argparse.Namespace) -> ApiClient:
-    settings = load_settings()
-    return ApiClient(base_url(settings, args.api), resolve_token(settings, args.token))
-
-
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=str))
-
+from services.cli.options import Connection, Output, api_options, output_options
 
 # --------------------------------------------------------------------------- submit
 
@@ -86,43 +27,55 @@ def _content_type(path: str, body: bytes) -> str:
     return "application/yaml"
 
 
-def run_submit(args: argparse.Namespace) -> int:
-    body = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
-    api = client(args)
+@click.command("submit", short_help="submit a job spec (YAML or JSON)")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option(
+    "--wait", "wait_end", is_flag=True, help="Wait until the job ends; exit 0 if it succeeded."
+)
+@click.option("--idempotency-key", help="Submitting again with the same key returns the same job.")
+@api_options
+@output_options
+def submit(
+    conn: Connection, out: Output, file: str, wait_end: bool, idempotency_key: str | None
+) -> int:
+    """Submit a job spec (YAML or JSON; - reads stdin).
+
+    Prints the job id. An impossible job is rejected here, with the numbers.
+    """
+    with click.open_file(file, "rb") as stream:
+        body = stream.read()
+    api = conn.client
     try:
         created = api.post(
-            "/v1/jobs", body, _content_type(args.file, body), idempotency_key=args.idempotency_key
+            "/v1/jobs", body, _content_type(file, body), idempotency_key=idempotency_key
         )
     except ApiError as exc:
         if exc.status in (400, 413, 422) and isinstance(exc.body, dict):
-            if args.json:
-                _print_json(exc.body)
+            if out.machine:
+                click.echo(out.dump(exc.body))
             else:
-                print(f"{args.file}: the spec was not accepted:", file=sys.stderr)
+                click.echo(f"{file}: the spec was not accepted:", err=True)
                 for p in exc.body.get("problems", []):
-                    print(f"  {p['field']}: {p['problem']}\n    fix: {p['fix']}", file=sys.stderr)
+                    click.echo(f"  {p['field']}: {p['problem']}\n    fix: {p['fix']}", err=True)
             return 2
         raise
     job_id = created["job_id"]
-    if not args.wait:
+    if not wait_end:
         # The pre-flight fit runs within milliseconds of the submit: wait for it briefly so
         # an impossible job is reported here, with its numbers, not on a later status call.
         job = _past_preflight(api, job_id)
         if job is not None and job.get("status") == "rejected":
-            if args.json:
-                _print_json(job)
+            if out.machine:
+                out.emit(job)
             else:
-                print(explain(job), file=sys.stderr)
+                click.echo(explain(job), err=True)
             return 1
-        _print_json(created) if args.json else print(job_id)
+        out.emit(created, lambda c: str(c["job_id"]))
         return 0
-    if not args.json:
-        print(f"submitted {render.bold(job_id)}", file=sys.stderr)
-    job = wait(api, job_id, quiet=args.json)
-    if args.json:
-        _print_json(job)
-    else:
-        print(explain(job))
+    if not out.machine:
+        click.echo(f"submitted {render.bold(job_id)}", err=True)
+    job = wait(api, job_id, quiet=out.machine)
+    out.emit(job, explain)
     return 0 if job.get("status") == "succeeded" else 1
 
 
@@ -168,78 +121,75 @@ def wait(
         time.sleep(poll_s)
 
 
-# --------------------------------------------------------------------------- queries
+# --------------------------------------------------------------------------- status
 
 
-def run_status(args: argparse.Namespace) -> int:
-    api = client(args)
-    if not args.job:
-        jobs = api.get("/v1/jobs")["jobs"]
-        if args.json:
-            _print_json(jobs)
-            return 0
-        rows = [
-            [
-                j["job_id"],
-                render.status(j["status"]),
-                j["name"],
-                j["image"],
-                j["attempt"],
-                (j["submitted_at"] or "")[:19],
-                j["failure_class"],
-            ]
-            for j in jobs
+def _jobs_table(jobs: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            j["job_id"],
+            render.status(j["status"]),
+            j["name"],
+            j["image"],
+            j["attempt"],
+            (j["submitted_at"] or "")[:19],
+            j["failure_class"],
         ]
-        print(render.table(["JOB", "STATUS", "NAME", "IMAGE", "ATT", "SUBMITTED", "FAILURE"], rows))
-        return 0
-    job = api.get(f"/v1/jobs/{args.job}")
-    if args.json:
-        _print_json(job)
-        return 0
-    print(f"{render.bold(job['job_id'])}  {render.status(job['status'])}")
-    print(f"  {STATUS_LINES.get(job['status'], '')}")
+        for j in jobs
+    ]
+    return render.table(["JOB", "STATUS", "NAME", "IMAGE", "ATT", "SUBMITTED", "FAILURE"], rows)
+
+
+def _job_text(job: dict[str, Any]) -> str:
+    lines = [
+        f"{render.bold(job['job_id'])}  {render.status(job['status'])}",
+        f"  {STATUS_LINES.get(job['status'], '')}",
+    ]
     spec = job.get("spec") or {}
-    print(f"  image {spec.get('image', '')}, {spec.get('resources', {}).get('gpus', 0)} GPU(s)")
+    lines.append(
+        f"  image {spec.get('image', '')}, {spec.get('resources', {}).get('gpus', 0)} GPU(s)"
+    )
     for a in job.get("attempts") or []:
-        print(f"  attempt {a['attempt']}: {a['status']} {a.get('node_id') or ''}".rstrip())
+        lines.append(f"  attempt {a['attempt']}: {a['status']} {a.get('node_id') or ''}".rstrip())
     failure = job.get("failure")
     if failure:
-        print(
+        lines.append(
             f"  {render.bold(failure['failure_class'])} ({failure['attribution']}): "
             f"{failure['summary']}"
         )
-        print(f"  next: {failure['advice']}")
+        lines.append(f"  next: {failure['advice']}")
     acc = job.get("accounting")
     if acc:
-        print(
+        lines.append(
             f"  GPU-seconds: {acc['gpu_seconds']:.1f} held, {acc['billable_gpu_seconds']:.1f} "
             f"billable, {acc['credited_gpu_seconds']:.1f} credited"
         )
+    return "\n".join(lines)
+
+
+@click.command("status", short_help="a job's status, or your jobs")
+@click.argument("job", required=False)
+@api_options
+@output_options
+def status(conn: Connection, out: Output, job: str | None) -> int:
+    """One job's state, attempts and failure; without JOB, your jobs."""
+    if not job:
+        out.emit(conn.client.get("/v1/jobs")["jobs"], _jobs_table)
+        return 0
+    out.emit(conn.client.get(f"/v1/jobs/{job}"), _job_text)
     return 0
 
 
-def run_logs(args: argparse.Namespace) -> int:
-    api = client(args)
-    query = "?format=ndjson" + ("&follow=true" if args.follow else "")
-    if args.attempt is not None:
-        query += f"&attempt={args.attempt}"
-    for item in api.stream(f"/v1/jobs/{args.job}/logs{query}"):
-        if item.get("end"):
-            if args.follow:
-                print(render.dim(f"[job {item.get('status')}]"), file=sys.stderr)
-            break
-        if "data" not in item:
-            continue  # keepalive
-        out = sys.stderr if item["stream"] == "stderr" else sys.stdout
-        out.write(item["data"])
-        if item.get("truncated"):
-            out.write("\n[gridledger: log quota reached; later output was dropped]\n")
-        out.flush()
-    return 0
+# --------------------------------------------------------------------------- explain, history
 
 
-def run_explain(args: argparse.Namespace) -> int:
-    print(explain(client(args).get(f"/v1/jobs/{args.job}")))
+@click.command("explain", short_help="what happened, why, whose side, what to do next")
+@click.argument("job")
+@api_options
+@output_options
+def explain_job(conn: Connection, out: Output, job: str) -> int:
+    """What happened to JOB, why, whose side it is on and what to do next."""
+    out.emit(conn.client.get(f"/v1/jobs/{job}"), explain)
     return 0
 
 
@@ -256,11 +206,7 @@ _DETAIL_KEYS = (
 )
 
 
-def run_history(args: argparse.Namespace) -> int:
-    events = client(args).get(f"/v1/jobs/{args.job}/events")["events"]
-    if args.json:
-        _print_json(events)
-        return 0
+def _history_table(events: list[dict[str, Any]]) -> str:
     rows = []
     previous: datetime | None = None
     start: datetime | None = None
@@ -281,115 +227,39 @@ def run_history(args: argparse.Namespace) -> int:
                 detail[:90],
             ]
         )
-    print(render.table(["TIME", "DELTA", "T+", "ATT", "EVENT", "DETAIL"], rows))
+    return render.table(["TIME", "DELTA", "T+", "ATT", "EVENT", "DETAIL"], rows)
+
+
+@click.command("history", short_help="a job's events with the time between them")
+@click.argument("job")
+@api_options
+@output_options
+def history(conn: Connection, out: Output, job: str) -> int:
+    """Every event of JOB, with the time between them."""
+    out.emit(conn.client.get(f"/v1/jobs/{job}/events")["events"], _history_table)
     return 0
 
 
-def run_cancel(args: argparse.Namespace) -> int:
-    body = json.dumps({"reason": args.reason}).encode()
+# --------------------------------------------------------------------------- cancel
+
+
+@click.command("cancel", short_help="cancel a job")
+@click.argument("job")
+@click.option("--reason", default="", help="Recorded with the cancel.")
+@api_options
+@output_options
+def cancel(conn: Connection, out: Output, job: str, reason: str) -> int:
+    """Cancel JOB: a queued job ends at once, a running one is stopped."""
+    body = json.dumps({"reason": reason}).encode()
     try:
-        client(args).post(f"/v1/jobs/{args.job}/cancel", body)
+        answer = conn.client.post(f"/v1/jobs/{job}/cancel", body)
     except ApiError as exc:
         if exc.status == 409:
-            print(str(exc), file=sys.stderr)
+            click.echo(str(exc), err=True)
             return 1
         raise
-    print(f"cancel requested for {args.job}")
+    out.emit(answer, lambda _: f"cancel requested for {job}")
     return 0
 
 
-def run_usage(args: argparse.Namespace) -> int:
-    api = client(args)
-    if args.job:
-        record = api.get(f"/v1/jobs/{args.job}/accounting")
-        if args.json:
-            _print_json(record)
-            return 0
-        rows = [
-            [
-                a["attempt"],
-                a.get("node_id", ""),
-                f"{a.get('gpu_count', 0)}x {a.get('gpu_model', '')}",
-                render.duration(a.get("held_seconds")),
-                f"{a.get('gpu_seconds', 0):.1f}",
-                f"{a.get('metered_gpu_seconds', 0):.1f}",
-                a.get("attribution", ""),
-                f"{a.get('billable_gpu_seconds', 0):.1f}",
-                f"{a.get('credited_gpu_seconds', 0):.1f}",
-            ]
-            for a in record.get("attempts", [])
-        ]
-        print(
-            f"{render.bold(record['job_id'])}  {render.status(record.get('status', ''))}"
-            + ("" if record.get("final") else "  (not final)")
-        )
-        print(
-            render.table(
-                ["ATT", "NODE", "GPUS", "HELD", "GPU-S", "METERED", "SIDE", "BILLABLE", "CREDITED"],
-                rows,
-            )
-        )
-        return 0
-    records = api.get("/v1/accounting")["records"]
-    if args.json:
-        _print_json(records)
-        return 0
-    rows = [
-        [
-            r["job_id"],
-            render.status(r["status"]),
-            "yes" if r["final"] else "no",
-            f"{r['gpu_seconds']:.1f}",
-            f"{r['billable_gpu_seconds']:.1f}",
-            f"{r['credited_gpu_seconds']:.1f}",
-        ]
-        for r in records
-    ]
-    total_b = sum(r["billable_gpu_seconds"] for r in records)
-    total_c = sum(r["credited_gpu_seconds"] for r in records)
-    print(render.table(["JOB", "STATUS", "FINAL", "GPU-S", "BILLABLE", "CREDITED"], rows))
-    print(
-        f"total: {total_b:.1f} GPU-seconds billable ({render.gpu_hours(total_b)} GPU-hours), "
-        f"{total_c:.1f} credited"
-    )
-    return 0
-
-
-def run_nodes(args: argparse.Namespace) -> int:
-    nodes = client(args).get("/v1/nodes")["nodes"]
-    if args.json:
-        _print_json(nodes)
-        return 0
-    rows = []
-    for n in nodes:
-        models = sorted({g["model"] for g in n["gpus"]})
-        rows.append(
-            [
-                n["node_id"],
-                n["status"],
-                n["provider"],
-                n["region"],
-                f"{len(n['gpus'])}x {'/'.join(models)}",
-                len(n["free_gpu_indices"]),
-                len(n["running_attempts"]),
-                (n["last_heartbeat_at"] or "")[:19],
-                n["inventory_source"],
-            ]
-        )
-    print(
-        render.table(
-            [
-                "NODE",
-                "STATUS",
-                "PROVIDER",
-                "REGION",
-                "GPUS",
-                "FREE",
-                "RUNNING",
-                "LAST HEARTBEAT",
-                "INVENTORY",
-            ],
-            rows,
-        )
-    )
-    return 0
+COMMANDS = (submit, status, explain_job, history, cancel)

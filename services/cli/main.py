@@ -1,52 +1,61 @@
 """Entry point of the ``gridledger`` command (``[project.scripts]`` in pyproject.toml).
 
-Each command group is a module with ``register(subparsers)`` that adds its
-parser and sets ``handler`` (``args -> exit code``). To add a group, write the
-module and list it in :data:`COMMAND_GROUPS`.
+The command line is a click group; every command module exports ``COMMANDS``
+(its click commands and groups) and is listed once in :data:`COMMAND_MODULES`.
+See the package docstring for how to add one.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
+from types import ModuleType
+
+import click
 
 from schemas.errors import GridledgerError
 from services.cli import agent as agent_cli
 from services.cli import bench as bench_cli
 from services.cli import demo as demo_cli
-from services.cli import dev
+from services.cli import dev as dev_cli
 from services.cli import jobs as jobs_cli
+from services.cli import logs as logs_cli
+from services.cli import nodes as nodes_cli
 from services.cli import processors as processors_cli
 from services.cli import replay as replay_cli
 from services.cli import scheduler as scheduler_cli
 from services.cli import services as services_cli
 from services.cli import simulate as simulate_cli
+from services.cli import usage as usage_cli
 
-COMMAND_GROUPS = (
+COMMAND_MODULES: tuple[ModuleType, ...] = (
+    jobs_cli,
+    logs_cli,
+    usage_cli,
+    nodes_cli,
     demo_cli,
-    dev,
+    dev_cli,
+    services_cli,
     scheduler_cli,
     processors_cli,
-    jobs_cli,
-    services_cli,
-    replay_cli,
     agent_cli,
+    replay_cli,
     bench_cli,
     simulate_cli,
 )
 
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gridledger",
-        description="Execution layer for containerised GPU jobs, built as an event-sourced ledger.",
-    )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in COMMAND_GROUPS:
-        group.register(subparsers)
-    return parser
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+def cli() -> None:
+    """Execution layer for containerised GPU jobs, built as an event-sourced ledger."""
+
+
+for _module in COMMAND_MODULES:
+    for _command in _module.COMMANDS:
+        cli.add_command(_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,11 +64,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     Errors gridledger raises on purpose are printed as one message (they say
     what to do); anything else is a bug and keeps its traceback.
     """
-    args = build_parser().parse_args(argv)
     try:
-        return int(args.handler(args))
+        result = cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="gridledger",
+            standalone_mode=False,
+        )
+    except click.exceptions.Abort:
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
     except GridledgerError as exc:
-        print(f"gridledger: error: {exc}", file=sys.stderr)
+        click.echo(f"gridledger: error: {exc}", err=True)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -68,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Point stdout at devnull so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    return int(result or 0)
 
 
 if __name__ == "__main__":

@@ -2,66 +2,70 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
 import signal
 import sys
-from typing import Any
+
+import click
 
 from services.settings import load_settings
 
 CHOICES = ("dispatch", "state", "watchdog", "classifier", "accounting")
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``processors`` command to the top-level parser."""
-    parser = subparsers.add_parser(
-        "processors",
-        help="run the stream processors (all in one worker, or --only some of them)",
-        description="faust worker with the dispatch, state, watchdog, classifier and accounting "
-        "processors. Each subset is its own consumer group, so run every processor in exactly "
-        "one kind of worker. Settings: GRIDLEDGER_WATCHDOG_SILENCE_S, "
-        "GRIDLEDGER_WATCHDOG_LOST_AFTER_S, GRIDLEDGER_WATCHDOG_FINISHING_TIMEOUT_S.",
-    )
-    parser.add_argument(
-        "--only",
-        default=",".join(CHOICES),
-        help=f"comma-separated subset of {','.join(CHOICES)} (default: all)",
-    )
-    parser.add_argument("--app-id", default=None, help="override the faust app id / group")
-    parser.add_argument("--log-level", default="INFO")
-    parser.set_defaults(handler=run)
+def _subset(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+    only = [p.strip() for p in value.split(",") if p.strip()]
+    unknown = sorted(set(only) - set(CHOICES))
+    if unknown:
+        raise click.BadParameter(f"unknown {unknown}; choose from {', '.join(CHOICES)}")
+    return only
+
+
+@click.command(
+    "processors", short_help="run the stream processors (all in one worker, or --only some)"
+)
+@click.option(
+    "--only",
+    default=",".join(CHOICES),
+    callback=_subset,
+    help=f"Comma-separated subset of {','.join(CHOICES)} (default: all).",
+)
+@click.option("--app-id", help="Override the faust app id / group.")
+@click.option("--log-level", default="INFO", show_default=True)
+def processors(only: list[str], app_id: str | None, log_level: str) -> int:
+    """Run a faust worker with the dispatch, state, watchdog, classifier and accounting processors.
+
+    Each subset is its own consumer group, so run every processor in exactly
+    one kind of worker. Settings: GRIDLEDGER_WATCHDOG_SILENCE_S,
+    GRIDLEDGER_WATCHDOG_LOST_AFTER_S, GRIDLEDGER_WATCHDOG_FINISHING_TIMEOUT_S.
+    """
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    asyncio.run(_serve(only, app_id))
+    return 0
 
 
 async def _serve(only: list[str], app_id: str | None) -> None:
     from services.processors import build_processors
 
-    processors = build_processors(load_settings(), only, app_id)
+    workers = build_processors(load_settings(), only, app_id)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await processors.start()
-    print(f"processors {','.join(processors.only)} running as {processors.app_id}", flush=True)
+    await workers.start()
+    print(f"processors {','.join(workers.only)} running as {workers.app_id}", flush=True)
     stopping = asyncio.ensure_future(stop.wait())
-    crashing = asyncio.ensure_future(processors.crashed.wait())
+    crashing = asyncio.ensure_future(workers.crashed.wait())
     await asyncio.wait({stopping, crashing}, return_when=asyncio.FIRST_COMPLETED)
-    if processors.crashed.is_set():
+    if workers.crashed.is_set():
         # No graceful stop: nothing of the failed batch may be committed. The next
         # worker rebuilds from the topics and re-processes it.
-        print(f"gridledger processors: crashed: {processors.error!r}", file=sys.stderr, flush=True)
+        print(f"gridledger processors: crashed: {workers.error!r}", file=sys.stderr, flush=True)
         os._exit(70)
     crashing.cancel()
-    await processors.stop()
+    await workers.stop()
 
 
-def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    only = [p.strip() for p in args.only.split(",") if p.strip()]
-    unknown = sorted(set(only) - set(CHOICES))
-    if unknown:
-        raise SystemExit(f"gridledger processors: unknown {unknown}; choose from {CHOICES}")
-    asyncio.run(_serve(only, args.app_id))
-    return 0
+COMMANDS = (processors,)

@@ -1,4 +1,9 @@
-"""Terminal output: colours and tables on a tty, plain text when piped (no ANSI)."""
+"""Terminal output: colours and rich tables on a tty, plain aligned text when piped (no ANSI).
+
+Piped output keeps one row per line and columns separated by two spaces, so
+``grep``/``awk`` and the tests read it; only a terminal gets rich's boxes and
+column wrapping.
+"""
 
 from __future__ import annotations
 
@@ -40,9 +45,11 @@ def dim(text: str) -> str:
     return paint(text, "2")
 
 
-def table(headers: list[str], rows: list[list[Any]]) -> str:
+def table(headers: list[str], rows: list[list[Any]], stream: TextIO | None = None) -> str:
     """Left-aligned columns; widths from the plain text (colour codes are not counted)."""
     cells = [[str(c) if c is not None else "" for c in row] for row in rows]
+    if use_colour(stream):
+        return _rich_table(headers, cells)
     widths = [len(h) for h in headers]
     for row in cells:
         for i, cell in enumerate(row):
@@ -55,6 +62,24 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
             ).rstrip()
         )
     return "\n".join(lines)
+
+
+def _rich_table(headers: list[str], cells: list[list[str]]) -> str:
+    """The same table drawn by rich for a terminal (cells keep their colours)."""
+    import shutil
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table(*headers, box=None, header_style="bold", pad_edge=False)
+    for row in cells:
+        grid.add_row(*(Text.from_ansi(cell) for cell in row))
+    buffer = StringIO()
+    width = shutil.get_terminal_size().columns
+    Console(file=buffer, force_terminal=True, width=width, highlight=False).print(grid)
+    return buffer.getvalue().rstrip("\n")
 
 
 def _strip(text: str) -> str:

@@ -2,76 +2,100 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 from typing import Any
 
+import click
+
 from services.cli import render
+from services.cli.options import Output, output_options
 from services.ledger.client import Ledger
 from services.settings import load_settings
 
 
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "replay",
-        help="rebuild projections from offset 0 and compare with the live tables (auditors)",
-        description="Reads Kafka and Postgres directly (not the API).",
-    )
-    mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--verify", action="store_true", help="rebuild everything and compare")
-    mode.add_argument("--job", metavar="JOB", help="print one job's rebuilt history and decisions")
-    p.add_argument("--strict", action="store_true", help="decision drift also fails --verify")
-    p.add_argument("--schema", help="live read-model schema (default: settings.pg_schema)")
-    p.add_argument(
-        "--catch-up",
-        type=float,
-        default=10.0,
-        metavar="S",
-        help="seconds to wait for the sink to reach the ledger's end (default 10)",
-    )
-    p.add_argument("--keep-scratch", action="store_true", help="keep the scratch schema")
-    p.add_argument(
-        "--workers",
-        type=int,
-        metavar="N",
-        help="processes that rebuild the jobs, each on whole partitions (default: one per core)",
-    )
-    p.add_argument("--json", action="store_true", help="with --job: print JSON")
-    p.set_defaults(handler=run_replay)
+@click.command(
+    "replay",
+    short_help="rebuild projections from offset 0 and compare with the live tables (auditors)",
+)
+@click.option("--verify", is_flag=True, help="Rebuild everything and compare.")
+@click.option("--job", metavar="JOB", help="Print one job's rebuilt history and decisions.")
+@click.option("--strict", is_flag=True, help="Decision drift also fails --verify.")
+@click.option("--schema", help="Live read-model schema (default: settings.pg_schema).")
+@click.option(
+    "--catch-up",
+    type=float,
+    default=10.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds to wait for the sink to reach the ledger's end.",
+)
+@click.option("--keep-scratch", is_flag=True, help="Keep the scratch schema.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Processes that rebuild the jobs, each on whole partitions (default: one per core).",
+)
+@output_options
+def replay(
+    out: Output,
+    verify: bool,
+    job: str | None,
+    strict: bool,
+    schema: str | None,
+    catch_up: float,
+    keep_scratch: bool,
+    workers: int | None,
+) -> int:
+    """Rebuild projections from offset 0 and compare with the live tables.
 
-
-def run_replay(args: argparse.Namespace) -> int:
+    Reads Kafka and Postgres directly (not the API). Exactly one of --verify
+    and --job. --verify exits 1 on any difference.
+    """
+    if verify == bool(job):
+        raise click.UsageError("give exactly one of --verify and --job JOB")
     settings = load_settings()
-    if args.job:
-        return asyncio.run(_job(settings, args))
+    if job:
+        return asyncio.run(_job(settings, job, out))
     from services.replay.verify import run
 
     report = run(
         settings,
-        live_schema=args.schema,
-        strict=args.strict,
-        catch_up_s=args.catch_up,
-        keep_scratch=args.keep_scratch,
-        workers=args.workers,
+        live_schema=schema,
+        strict=strict,
+        catch_up_s=catch_up,
+        keep_scratch=keep_scratch,
+        workers=workers,
     )
+    lines = []
     for line in report.lines():
         if line in ("VERIFIED", "FAILED"):
             line = render.paint(line, "32" if report.ok else "31")
-        print(line)
+        lines.append(line)
+    payload = {
+        "ok": report.ok,
+        "records": report.records,
+        "jobs": report.jobs,
+        "lag": report.lag,
+        "table_counts": report.table_counts,
+        "job_state_differences": report.job_state_differences,
+        "decision_drift": len(report.drift),
+        "lines": report.lines(),
+    }
+    out.emit(payload, lambda _: "\n".join(lines))
     return 0 if report.ok else 1
 
 
-async def _job(settings: Any, args: argparse.Namespace) -> int:
+async def _job(settings: Any, job_id: str, out: Output) -> int:
     from services.replay.job import replay_job
 
     async with Ledger(settings, "replay") as ledger:
-        result = await replay_job(ledger, args.job)
+        result = await replay_job(ledger, job_id)
     if not result.history:
-        print(f"no events for {args.job} on {settings.topic('job-events')}")
+        click.echo(f"no events for {job_id} on {settings.topic('job-events')}", err=out.machine)
         return 1
-    if args.json:
-        print(json.dumps(result.to_json(), indent=2, default=str))
-    else:
-        print("\n".join(result.lines()))
+    out.emit(result.to_json(), lambda _: "\n".join(result.lines()))
     return 0
+
+
+COMMANDS = (replay,)

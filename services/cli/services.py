@@ -2,40 +2,39 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-from typing import Any
+
+import click
 
 from services.settings import load_settings
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``api`` and ``sink`` commands."""
-    api = subparsers.add_parser("api", help="serve the HTTP API (default 127.0.0.1:8600)")
-    api.add_argument("--host")
-    api.add_argument("--port", type=int)
-    api.set_defaults(handler=run_api)
-    sink = subparsers.add_parser(
-        "sink", help="project the ledger into the Postgres read models (runs until Ctrl-C)"
-    )
-    sink.add_argument("--schema", help="Postgres schema (default: settings.pg_schema)")
-    sink.set_defaults(handler=run_sink)
-
-
-def run_api(args: argparse.Namespace) -> int:
+@click.command("api", short_help="serve the HTTP API (default 127.0.0.1:8600)")
+@click.option("--host", help="Address to bind (default: GRIDLEDGER_API_HOST).")
+@click.option("--port", type=int, help="Port (default: GRIDLEDGER_API_PORT).")
+def api(host: str | None, port: int | None) -> int:
+    """Serve the HTTP API (default 127.0.0.1:8600)."""
     from services.api.server import serve
 
-    overrides = {k: v for k, v in (("api_host", args.host), ("api_port", args.port)) if v}
+    overrides = {k: v for k, v in (("api_host", host), ("api_port", port)) if v}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     asyncio.run(serve(load_settings(**overrides)))
     return 0
 
 
-def run_sink(args: argparse.Namespace) -> int:
+@click.command(
+    "sink", short_help="project the ledger into the Postgres read models (runs until Ctrl-C)"
+)
+@click.option("--schema", help="Postgres schema (default: settings.pg_schema).")
+def sink(schema: str | None) -> int:
+    """Project the ledger into the Postgres read models (runs until Ctrl-C)."""
     from services.sink.consumer import serve
 
-    overrides = {"pg_schema": args.schema} if args.schema else {}
+    overrides = {"pg_schema": schema} if schema else {}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     asyncio.run(serve(load_settings(**overrides)))
     return 0
+
+
+COMMANDS = (api, sink)

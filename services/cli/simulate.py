@@ -2,75 +2,89 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import uuid
 from typing import Any
 
+import click
+
+from services.cli.options import Output, output_options
 from services.simulator.mix import DEFAULT_MIX
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``simulate`` command to the top-level parser."""
-    p = subparsers.add_parser(
-        "simulate",
-        help="run simulated GPU nodes that speak the agent protocol, submit jobs, wait",
-        description="Simulated agents (register, heartbeat, accept, hold, meter, log, exit, "
-        "release) for thousands of nodes in one process. Without --with-services they join "
-        "the installation of the current settings (run `gridledger scheduler` and "
-        "`gridledger processors`); with it, a scheduler and a processors worker are started "
-        "on fresh topics that are deleted afterwards.",
-    )
-    p.add_argument("--nodes", type=int, default=100)
-    p.add_argument("--jobs", type=int, default=200)
-    p.add_argument(
-        "--mix",
-        default=DEFAULT_MIX,
-        help=f"outcome weights (default {DEFAULT_MIX}; names: success, user_error, oom, node_lost)",
-    )
-    p.add_argument("--duration", default="1-3", help="job run time range in seconds (1-3)")
-    p.add_argument("--gpus", default="1", help="GPUs per job, cycled (e.g. 1,1,2)")
-    p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval (s)")
-    p.add_argument("--tick", type=float, default=1.0, help="meter tick interval (s)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=300.0)
-    p.add_argument(
-        "--with-services",
-        action="store_true",
-        help="start a scheduler and processors on fresh sim-<id>. topics",
-    )
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=run)
+@click.command(
+    "simulate",
+    short_help="run simulated GPU nodes that speak the agent protocol, submit jobs, wait",
+)
+@click.option("--nodes", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--jobs", type=click.IntRange(min=0), default=200, show_default=True)
+@click.option(
+    "--mix",
+    default=DEFAULT_MIX,
+    show_default=True,
+    help="Outcome weights (names: success, user_error, oom, node_lost).",
+)
+@click.option("--duration", default="1-3", show_default=True, help="Job run time range in s.")
+@click.option("--gpus", default="1", show_default=True, help="GPUs per job, cycled (e.g. 1,1,2).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--heartbeat", type=float, default=1.0, show_default=True, help="Heartbeat (s).")
+@click.option("--tick", type=float, default=1.0, show_default=True, help="Meter tick (s).")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--timeout", type=float, default=300.0, show_default=True)
+@click.option(
+    "--with-services",
+    is_flag=True,
+    help="Start a scheduler and processors on fresh sim-<id>. topics.",
+)
+@output_options
+def simulate(
+    out: Output,
+    nodes: int,
+    jobs: int,
+    mix: str,
+    duration: str,
+    gpus: str,
+    gpus_per_node: int,
+    heartbeat: float,
+    tick: float,
+    seed: int,
+    timeout: float,
+    with_services: bool,
+) -> int:
+    """Simulated agents for thousands of nodes in one process.
 
-
-def run(args: argparse.Namespace) -> int:
+    They register, heartbeat, accept, hold, meter, log, exit and release like
+    the real agent. Without --with-services they join the installation of the
+    current settings (run `gridledger scheduler` and `gridledger processors`);
+    with it, a scheduler and a processors worker are started on fresh topics
+    that are deleted afterwards. Prints a JSON summary; exit 0 when every job
+    ended.
+    """
     from services.settings import load_settings
     from services.simulator.mix import JobMix
-    from services.simulator.run import simulate
+    from services.simulator.run import simulate as run_simulation
 
     try:
-        mix = JobMix.parse(args.mix, args.duration, args.gpus, args.seed)
+        job_mix = JobMix.parse(mix, duration, gpus, seed)
     except ValueError as exc:
-        raise SystemExit(f"gridledger simulate: {exc}") from None
+        raise click.BadParameter(str(exc), param_hint="--mix/--duration/--gpus") from None
     settings = load_settings()
-    say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
+    say = (lambda line: None) if out.machine else (lambda line: click.echo(line))
 
     def go(s: Any) -> Any:
-        return simulate(
+        return run_simulation(
             s,
-            args.nodes,
-            args.jobs,
-            mix,
-            timeout_s=args.timeout,
-            heartbeat_interval_s=args.heartbeat,
-            tick_s=args.tick,
-            gpus_per_node=args.gpus_per_node,
+            nodes,
+            jobs,
+            job_mix,
+            timeout_s=timeout,
+            heartbeat_interval_s=heartbeat,
+            tick_s=tick,
+            gpus_per_node=gpus_per_node,
             say=say,
         )
 
-    if args.with_services:
+    if with_services:
         from infra.topics import delete_topics, ensure_topics
         from services.simulator.run import run_with_services
 
@@ -89,5 +103,8 @@ def run(args: argparse.Namespace) -> int:
                 shutil.rmtree(path, ignore_errors=True)
     else:
         summary = asyncio.run(go(settings))
-    print(json.dumps(summary, indent=None if args.json else 2))
+    out.emit(summary)
     return 0 if summary["terminal"] == summary["jobs"] else 1
+
+
+COMMANDS = (simulate,)
