@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -23,7 +22,7 @@ import asyncpg
 from infra import processes
 from infra.status import ComponentStatus
 from schemas.errors import StackError
-from services.settings import Settings
+from services.settings import Settings, redact_dsn
 
 SERVER_USER = "postgres"
 """OS user running the server when ``dev up`` runs as root."""
@@ -242,7 +241,7 @@ async def check(settings: Settings) -> None:
 
 
 def _redacted(dsn: str) -> str:
-    return re.sub(r"://([^:@/]+):[^@/]*@", r"://\1:***@", dsn)
+    return redact_dsn(dsn)
 
 
 def status(settings: Settings) -> ComponentStatus:

@@ -11,10 +11,13 @@ Explicit environment variables always win over the file.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.backoff import Backoff
 
 TOPIC_NAMES = (
     "job-events",
@@ -92,6 +95,14 @@ class Settings(BaseSettings):
     )
     processors_heartbeat_interval_s: float = Field(3.0, gt=0, description="group heartbeats")
 
+    # ---- riding out outages (services/backoff.py)
+    reconnect_initial_s: float = Field(
+        0.2, gt=0, description="first wait before retrying an unreachable broker or Postgres"
+    )
+    reconnect_max_s: float = Field(
+        10.0, gt=0, description="longest wait between two retries (the backoff's cap)"
+    )
+
     pg_schema: str = "gridledger"
     """Postgres schema of the sink's read models (tests and replay use their own)."""
     api_url: str = ""
@@ -100,6 +111,10 @@ class Settings(BaseSettings):
     """Largest request body the API reads; larger bodies get a 413."""
     api_submit_visible_s: float = Field(3.0, ge=0)
     """How long ``POST /v1/jobs`` waits for the sink to record the job (read-your-writes)."""
+    api_append_timeout_s: float = Field(5.0, gt=0)
+    """How long a write (submit, cancel) waits for the broker before it is a 503."""
+    api_retry_after_s: int = Field(5, ge=1)
+    """``Retry-After`` of a 503: when a client should try again."""
     log_follow_grace_s: float = Field(2.0, ge=0)
     """After a followed job turns terminal, keep streaming late log chunks this long."""
     sink_batch_max: int = Field(2000, ge=1)
@@ -108,6 +123,12 @@ class Settings(BaseSettings):
     """How long a starting sink waits for the schema's lock (a crashed predecessor's
     session may hold it briefly) before refusing to run beside another sink."""
     """Records the sink applies per Postgres transaction."""
+
+    def reconnect_backoff(self) -> Backoff:
+        """The backoff every service uses to reconnect to the broker and Postgres."""
+        return Backoff(
+            self.reconnect_initial_s, max(self.reconnect_max_s, self.reconnect_initial_s)
+        )
 
     def topic(self, name: str) -> str:
         """Full topic name for a suffix from :data:`TOPIC_NAMES`."""
@@ -120,12 +141,22 @@ class Settings(BaseSettings):
         return self.pg_dsn or f"postgresql://gridledger@127.0.0.1:{self.pg_port}/gridledger"
 
     @property
+    def dsn_redacted(self) -> str:
+        """The DSN without its password, for logs and error messages."""
+        return redact_dsn(self.dsn)
+
+    @property
     def tokens_path(self) -> Path:
         return self.tokens_file or self.home / "tokens.json"
 
     @property
     def logs_dir(self) -> Path:
         return self.home / "logs"
+
+
+def redact_dsn(dsn: str) -> str:
+    """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db``."""
+    return re.sub(r"://([^:@/]+):[^@/]*@", r"://\1:***@", dsn)
 
 
 def _read_env_file(path: Path) -> dict[str, str]:

@@ -5,11 +5,21 @@ Writes use ``acks=all`` and the idempotent producer; every event is keyed by
 in one partition. Reads decode with the one codec; a record that does not
 decode goes to the dead-letter topic with its topic/partition/offset and the
 error, and the reader moves on.
+
+Outages: an append the broker did not acknowledge raises
+:class:`BrokerUnavailableError` and drops the producer (its idempotent session
+may be left with sequence numbers the broker never saw); the next append starts
+a fresh one. ``start(wait=True)`` and :meth:`Ledger.append_until_acked` ride an
+outage out with the shared backoff (:mod:`services.backoff`), logging once when
+the broker goes away and once when it is back. Re-appending an event whose first
+append's fate is unknown may write it twice: every consumer drops a repeated
+``event_id``, which is why every event id is fixed before its first append.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +33,7 @@ from pydantic import BaseModel
 from schemas import codec
 from schemas.errors import EventDecodeError, LedgerError
 from schemas.events import Event
+from services.backoff import outage_of, retrying, route_client_logs
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -32,6 +43,19 @@ DLQ_SOURCE_PARTITION = "gridledger-source-partition"
 DLQ_SOURCE_OFFSET = "gridledger-source-offset"
 DLQ_ERROR = "gridledger-error"
 DLQ_CONSUMER = "gridledger-consumer"
+
+
+class BrokerUnavailableError(LedgerError):
+    """The broker could not be reached or did not acknowledge: worth retrying later.
+
+    Its siblings (a missing topic, a record too large, a ledger not started) are
+    bugs or bad configuration and are not retried.
+    """
+
+
+def broker_unavailable(exc: BaseException) -> bool:
+    """True for an error that means "the broker is not reachable now" (retry it)."""
+    return isinstance(exc, BrokerUnavailableError | KafkaError | OSError | TimeoutError)
 
 
 def partition_for(key: str, partitions: int) -> int:
@@ -67,34 +91,88 @@ class LedgerRecord:
 class Ledger:
     """Append to and read from gridledger's topics. Build one per service; ``await start()``."""
 
-    def __init__(self, settings: Settings, name: str = "gridledger") -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        name: str = "gridledger",
+        *,
+        idempotent: bool = True,
+        request_timeout_s: float = 30.0,
+    ) -> None:
+        """``idempotent=False`` trades the producer's exactly-once retries for a bounded
+        wait: an idempotent producer retries a batch until the broker takes it, however
+        long the outage, while a plain one (still ``acks=all``) gives up after
+        ``request_timeout_s`` and never sends that batch later. The API needs the
+        latter to answer 503 with nothing recorded; a retry's duplicate keeps its
+        ``event_id`` and every consumer drops it."""
         self.settings = settings
         self.name = name
+        self.idempotent = idempotent
+        self.request_timeout_s = request_timeout_s
         self._producer: AIOKafkaProducer | None = None
+        self._started = False
         self._partitions: dict[str, int] = {}
+        self.outage = outage_of(f"Kafka at {settings.kafka_bootstrap}")
+        """The broker's availability as this process sees it (logged on change only)."""
+        route_client_logs("aiokafka", self.outage)
 
-    async def start(self) -> Ledger:
+    async def start(self, *, wait: bool = False) -> Ledger:
+        """Start the producer. ``wait=True`` retries with backoff until the broker answers
+        (long-running services); otherwise an unreachable broker raises at once (CLI)."""
+        if wait:
+            await retrying(
+                self._start_producer,
+                outage=self.outage,
+                transient=broker_unavailable,
+                backoff=self.settings.reconnect_backoff(),
+            )
+        else:
+            await self._start_producer()
+        self._started = True
+        return self
+
+    async def _start_producer(self) -> None:
         producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka_bootstrap,
             client_id=self.name,
             acks="all",
-            enable_idempotence=True,
+            enable_idempotence=self.idempotent,
             linger_ms=2,
-            request_timeout_ms=30_000,
+            request_timeout_ms=int(self.request_timeout_s * 1000),
             max_request_size=4 * 1024 * 1024,
         )
         try:
             await producer.start()
         except KafkaError as exc:
             await producer.stop()
-            raise LedgerError(
+            raise BrokerUnavailableError(
                 f"cannot reach Kafka at {self.settings.kafka_bootstrap}: {exc}. "
                 "Start the local stack with `gridledger dev up`"
             ) from exc
         self._producer = producer
-        return self
+
+    async def _drop_producer(self) -> None:
+        """Forget an idempotent producer after a failed append; the next one starts afresh.
+
+        Its session (producer id, sequence numbers) may disagree with the broker after
+        the failure. A plain producer has no such state and its expired batches are
+        gone, so it is kept (stopping it would wait on batches still in flight).
+        """
+        if not self.idempotent:
+            return
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await producer.stop()
+
+    async def _ready_producer(self) -> AIOKafkaProducer:
+        if self._producer is None and self._started:
+            await self._start_producer()
+        return self.producer
 
     async def stop(self) -> None:
+        self._started = False
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
@@ -108,6 +186,11 @@ class Ledger:
     @property
     def producer(self) -> AIOKafkaProducer:
         if self._producer is None:
+            if self._started:
+                raise BrokerUnavailableError(
+                    f"no producer: the last append to Kafka at {self.settings.kafka_bootstrap} "
+                    "failed and the broker has not answered since"
+                )
             raise LedgerError("ledger not started: call `await ledger.start()` first")
         return self._producer
 
@@ -132,7 +215,7 @@ class Ledger:
         producer's (acks=all, idempotent); the partition is the default partitioner's
         (:func:`partition_for`), and one partition's batches are queued in order.
         """
-        producer = self.producer
+        producer = await self._ready_producer()
         batches: dict[tuple[str, int], list[Any]] = {}
         slots: list[tuple[tuple[str, int], int, int]] = []
         """Per event: its partition, the index of its batch there, its place in the batch."""
@@ -167,9 +250,29 @@ class Ledger:
                     strict=True,
                 )
             )
-        except KafkaError as exc:
-            raise LedgerError(f"the broker did not acknowledge the append: {exc}") from exc
+        except (KafkaError, OSError) as exc:
+            await self._drop_producer()
+            raise BrokerUnavailableError(
+                f"the broker did not acknowledge the append: {type(exc).__name__}: {exc}"
+            ) from exc
+        self.outage.up()
         return [Appended(tp[0], tp[1], acked[tp][i].offset + n) for tp, i, n in slots]
+
+    async def append_until_acked(self, events: Sequence[Event]) -> list[Appended]:
+        """:meth:`append_many`, retried with backoff while the broker is unavailable.
+
+        For services whose state already assumes the events are on the ledger (the
+        scheduler's placements, the processors' decisions): they wait the outage out
+        instead of dropping or crashing. Events keep their ids across retries, so an
+        append that did land before its acknowledgement was lost is a duplicate every
+        consumer drops.
+        """
+        return await retrying(
+            lambda: self.append_many(events),
+            outage=self.outage,
+            transient=broker_unavailable,
+            backoff=self.settings.reconnect_backoff(),
+        )
 
     async def publish(self, topic_suffix: str, key: str, value: BaseModel | None) -> Appended:
         """Publish a view (JobView, AccountingRecord) to a compacted topic; None deletes it."""
@@ -181,27 +284,34 @@ class Ledger:
     ) -> Appended:
         """Send bytes as they are (dead-letter, tests of malformed input)."""
         try:
-            fut = await self.producer.send(topic, value=value, key=key, headers=headers)
+            fut = await (await self._ready_producer()).send(
+                topic, value=value, key=key, headers=headers
+            )
         except KafkaError as exc:
-            raise LedgerError(f"append to {topic} failed: {exc}") from exc
+            await self._drop_producer()
+            raise BrokerUnavailableError(f"append to {topic} failed: {exc}") from exc
         return await self._settle(fut)
 
     async def _send(self, topic: str, key: str, value: BaseModel | None) -> asyncio.Future[Any]:
         payload = None if value is None else codec.encode(value)
         hdrs = [] if value is None else codec.headers(value)
         try:
-            return await self.producer.send(
+            return await (await self._ready_producer()).send(
                 topic, value=payload, key=key.encode() if key else None, headers=hdrs
             )
         except KafkaError as exc:
-            raise LedgerError(f"append to {topic} failed: {exc}") from exc
+            await self._drop_producer()
+            raise BrokerUnavailableError(f"append to {topic} failed: {exc}") from exc
 
-    @staticmethod
-    async def _settle(fut: asyncio.Future[Any]) -> Appended:
+    async def _settle(self, fut: asyncio.Future[Any]) -> Appended:
         try:
             meta = await fut
         except KafkaError as exc:
-            raise LedgerError(f"the broker did not acknowledge the append: {exc}") from exc
+            await self._drop_producer()
+            raise BrokerUnavailableError(
+                f"the broker did not acknowledge the append: {exc}"
+            ) from exc
+        self.outage.up()
         return Appended(meta.topic, meta.partition, meta.offset)
 
     # ----------------------------------------------------------------------- dead letter
@@ -235,6 +345,8 @@ class Ledger:
         (history, follow, replay) pass ``dead_letter=False`` and skip the record
         with a warning, so re-reading a partition does not park it again.
         """
+        if self.outage.is_down:
+            self.outage.up()  # a record arrived: the broker answers again
         if raw.value is None:
             return None  # a tombstone on a compacted topic
         try:
@@ -280,7 +392,7 @@ class Ledger:
 
     async def partitions(self, topic: str) -> int:
         if topic not in self._partitions:
-            parts = await self.producer.partitions_for(topic)
+            parts = await (await self._ready_producer()).partitions_for(topic)
             if not parts:
                 raise LedgerError(f"topic {topic} does not exist: run `gridledger dev up`")
             self._partitions[topic] = len(parts)
