@@ -282,7 +282,8 @@ class Agent:
         ctx = self.ctx
         topic = ctx.settings.topic("node-commands")
         group = f"{ctx.settings.topic_prefix}agent.{ctx.node_id}"
-        backoff = 0.5
+        backoff = ctx.settings.reconnect_backoff()
+        tries = 0
         while not self._stopping:
             ledger = Ledger(ctx.settings, f"agent-{ctx.node_id}-commands")
             consumer = None
@@ -296,7 +297,8 @@ class Agent:
                 consumer.assign([tp])
                 await consumer.position(tp)
                 self.commands_ready.set()
-                backoff = 0.5
+                tries = 0
+                ledger.outage.up()
                 while not self._stopping:
                     batch = await consumer.getmany(tp, timeout_ms=500, max_records=100)
                     for raw in batch.get(tp, []):
@@ -310,9 +312,9 @@ class Agent:
             except (KafkaError, LedgerError, OSError) as exc:
                 if self._stopping:
                     return
-                log.warning("node-commands consumer: %s; retrying in %.1f s", exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                ledger.outage.down(f"node-commands consumer: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(backoff.delay(tries))
+                tries += 1
             finally:
                 if consumer is not None:
                     with contextlib.suppress(Exception):

@@ -16,6 +16,7 @@ from services.agent.publisher import LedgerPublisher
 from services.agent.runtime import DockerRuntime
 from services.agent.settings import AgentSettings
 from services.agent.spool import PublisherFactory, Spool
+from services.backoff import outage_of
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,12 @@ def bootstrap(
     ctx = AgentContext(
         settings=settings,
         agent=agent,
-        spool=Spool(agent.spool_dir(home), factory, agent.publish_timeout_s),
+        spool=Spool(
+            agent.spool_dir(home),
+            factory,
+            agent.publish_timeout_s,
+            outage=outage_of(f"Kafka at {settings.kafka_bootstrap}"),
+        ),
         journal=Journal(agent.state_dir(home)),
         runtime=runtime or DockerRuntime(settings.docker_host),
         store=artifacts,

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from schemas import codec
 from schemas.events import Event, LogChunk
 from services.agent.errors import AgentError
+from services.backoff import Backoff, Outage, wait_event
 
 log = logging.getLogger(__name__)
 
@@ -198,22 +199,6 @@ class SegmentLog:
                 yield record
 
 
-async def wait_event(event: asyncio.Event, timeout: float) -> bool:
-    """Wait for ``event`` at most ``timeout`` seconds; True if it is set.
-
-    Not ``asyncio.wait_for``: on Python 3.11 it can swallow a cancellation that
-    races its timeout, which leaves the cancelled task running forever.
-    """
-    if event.is_set():
-        return True
-    waiter = asyncio.ensure_future(event.wait())
-    try:
-        await asyncio.wait({waiter}, timeout=timeout)
-    finally:
-        waiter.cancel()
-    return event.is_set()
-
-
 class Publisher(Protocol):
     async def publish(self, records: list[SpoolRecord]) -> None:
         """Send ``records`` in order; return once the broker acknowledged all of them."""
@@ -225,6 +210,11 @@ class Publisher(Protocol):
 PublisherFactory = Callable[[str], Publisher]
 
 
+SEND_BACKOFF = Backoff(initial_s=0.2, cap_s=2.0)
+"""The sender's retry schedule: short, because every second the broker is back and the
+spool still holds facts brings an attempt's heartbeats closer to the watchdog's deadline."""
+
+
 class Lane:
     """One lane: a writer that group-commits appends and a sender that drains to Kafka."""
 
@@ -234,11 +224,14 @@ class Lane:
         segments: SegmentLog,
         publisher: Publisher,
         publish_timeout_s: float = 10.0,
+        outage: Outage | None = None,
     ) -> None:
         self.name = name
         self.segments = segments
         self.publisher = publisher
         self.publish_timeout_s = publish_timeout_s
+        self.outage = outage or Outage("the broker")
+        """Told of every failed send: one log line when the broker goes, one when it is back."""
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"spool-{name}")
         self._queue: list[tuple[SpoolRecord, asyncio.Future[None]]] = []
         self._wake_writer = asyncio.Event()
@@ -294,7 +287,7 @@ class Lane:
             self._written.set()
 
     async def _send_loop(self) -> None:
-        backoff = 0.2
+        tries = 0
         while not self._stopping:
             batch = await self._io(self.segments.read, self.segments.acked)
             if not batch:
@@ -312,17 +305,14 @@ class Lane:
                     raise asyncio.CancelledError from exc
                 self.failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                if self.failures == 1 or self.failures % 20 == 0:
-                    log.warning(
-                        "spool %s: broker did not take %d entries (%s); retrying",
-                        self.name,
-                        len(batch),
-                        self.last_error,
-                    )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                self.outage.down(
+                    f"spool lane {self.name} holds {len(batch)}+ entries: {self.last_error}"
+                )
+                await asyncio.sleep(SEND_BACKOFF.delay(tries))
+                tries += 1
                 continue
-            backoff = 0.2
+            tries = 0
+            self.outage.up()
             self.sent += len(batch)
             await self._io(self.segments.ack, batch[-1][1])
 
@@ -361,14 +351,17 @@ class Spool:
         publisher_factory: PublisherFactory,
         publish_timeout_s: float = 10.0,
         segment_bytes: int = SEGMENT_BYTES,
+        outage: Outage | None = None,
     ) -> None:
         self.directory = directory
+        outage = outage or Outage("the broker")
         self.lanes = {
             name: Lane(
                 name,
                 SegmentLog(directory / name, segment_bytes),
                 publisher_factory(name),
                 publish_timeout_s,
+                outage,
             )
             for name in LANES
         }

@@ -21,7 +21,9 @@ from aiokafka import TopicPartition
 
 from schemas import codec
 from schemas.events import Event
+from services.backoff import retrying
 from services.ledger import Ledger
+from services.ledger.client import broker_unavailable
 from services.scheduler.core import FOLDED_TYPE_NAMES, SchedulerConfig, SchedulerState
 from services.scheduler.inventory import FitChecker
 from services.settings import Settings
@@ -49,7 +51,7 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> Scheduler:
-        await self.ledger.start()
+        await self.ledger.start(wait=True)
         self._task = asyncio.create_task(self.run(), name="scheduler")
         return self
 
@@ -74,6 +76,21 @@ class Scheduler:
         await self.ledger.stop()
 
     async def run(self) -> None:
+        """Rebuild, then decide until cancelled; a broker outage is waited out, not fatal.
+
+        The consumer (no group) rides out an outage by itself and an append waits for
+        the broker (:meth:`Ledger.append_until_acked`); only losing the consumer (the
+        broker gone while it starts) restarts the run, which folds what it re-reads
+        idempotently into the state it already has.
+        """
+        await retrying(
+            self._run,
+            outage=self.ledger.outage,
+            transient=broker_unavailable,
+            backoff=self.settings.reconnect_backoff(),
+        )
+
+    async def _run(self) -> None:
         topics = [self.settings.topic("node-events"), self.settings.topic("job-events")]
         tps: list[TopicPartition] = []
         for topic in topics:
@@ -145,7 +162,9 @@ class Scheduler:
         events = self.state.decide(utcnow())
         if events:
             # Every position is known before the next getmany: this task is the only reader.
-            appended = await self.ledger.append_many(events)
+            # The state already counts these placements: wait for the broker, however
+            # long it is away, rather than forget them (their ids make a repeat harmless).
+            appended = await self.ledger.append_until_acked(events)
             self._own.update((a.topic, a.partition, a.offset) for a in appended)
             self.placements += sum(1 for e in events if e.type == "AttemptScheduled")
 
