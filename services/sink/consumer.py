@@ -9,6 +9,7 @@ and the idempotent writer makes a replayed record a no-op anyway.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Sequence
@@ -18,7 +19,8 @@ from typing import Any
 import asyncpg
 from aiokafka import TopicPartition
 
-from services.ledger.client import Ledger, LedgerRecord
+from services.backoff import outage_of, wait_event
+from services.ledger.client import Ledger, LedgerRecord, broker_unavailable
 from services.settings import Settings
 from services.sink import db
 from services.sink.migrate import migrate_pool
@@ -82,6 +84,9 @@ class Sink:
         self.applied_batches = 0
         self.positions: dict[TopicPartition, int] = {}
         self._stopping = asyncio.Event()
+        self._conn: asyncpg.Connection | None = None
+        """The connection of the running session: it holds the schema lock."""
+        self.pg_outage = outage_of(f"Postgres at {settings.dsn_redacted}")
 
     async def partitions(self) -> list[TopicPartition]:
         tps = []
@@ -101,18 +106,57 @@ class Sink:
         the same tables (whatever its consumer name) refuses to start instead of
         interleaving its folds with this one's. The writer's in-memory job states
         rely on it: they are only right while this sink is the tables' one writer.
+
+        Outages are ridden out, not fatal: when Postgres goes away (a restart, a
+        kill) or the broker does, the session ends, the writer forgets its in-memory
+        states (whether the last commit landed is unknown; the tables will say), and
+        a new session starts after a backoff: it re-takes the lock, reads the
+        committed offsets and goes on from there, so nothing is lost or applied
+        twice. Anything else (a bug, another sink on the schema) ends the run.
         """
-        async with self.pool.acquire() as lock_conn:
+        backoff = self.settings.reconnect_backoff()
+        tries = 0
+        while not self._stopping.is_set():
+            batches = self.applied_batches
+            try:
+                await self._session()
+                return
+            except Exception as exc:
+                if db.postgres_unavailable(exc):
+                    self.pg_outage.down(exc)
+                elif broker_unavailable(exc):
+                    self.ledger.outage.down(exc)
+                else:
+                    raise
+            self.writer.forget()
+            tries = 0 if self.applied_batches > batches else tries
+            await wait_event(self._stopping, backoff.delay(tries))
+            tries += 1
+
+    async def _session(self) -> None:
+        """One connection's worth of consuming: lock, seek to the committed offsets, apply."""
+        conn = await self.pool.acquire()
+        try:
             lock = f"sink:{self.settings.pg_schema}"
-            if not await self._take_lock(lock_conn, lock):
+            if not await self._take_lock(conn, lock):
                 raise db.ReadModelError(
                     f"another sink is already writing schema {self.settings.pg_schema!r} "
                     f"(this one is consumer {self.consumer_name!r}); run one sink per schema"
                 )
+            self.pg_outage.up()
+            # Every batch commits on the connection that holds the lock: if that session
+            # dies, so does the lock, and no write can happen without it.
+            self._conn = conn
             try:
-                await self._consume()
+                await self._consume(conn)
             finally:
-                await lock_conn.execute("SELECT pg_advisory_unlock(hashtext($1))", lock)
+                self._conn = None
+            await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", lock)
+        finally:
+            # After an outage the connection is dead and its lock gone with it; the pool
+            # replaces a closed connection on the next acquire.
+            with contextlib.suppress(*db.POSTGRES_UNAVAILABLE):
+                await self.pool.release(conn, timeout=5)
 
     async def _take_lock(self, conn: Any, lock: str) -> bool:
         """Take the advisory lock, waiting up to ``sink_lock_wait_s`` for it.
@@ -130,14 +174,13 @@ class Sink:
                 return False
             await asyncio.sleep(0.2)
 
-    async def _consume(self) -> None:
+    async def _consume(self, conn: asyncpg.Connection) -> None:
         tps = await self.partitions()
         consumer = self.ledger.consumer()
         await consumer.start()
         try:
             consumer.assign(tps)
-            async with self.pool.acquire() as conn:
-                stored = await stored_offsets(conn, self.consumer_name)
+            stored = await stored_offsets(conn, self.consumer_name)
             for tp in tps:
                 # Offset 0 rather than seek_to_beginning: no broker round trip, and a start
                 # already deleted by retention resets to the earliest (auto_offset_reset).
@@ -198,11 +241,23 @@ class Sink:
                 decoded.append(record)
             tp = TopicPartition(raw.topic, raw.partition)
             offsets[tp] = max(offsets.get(tp, 0), raw.offset + 1)
-        async with self.pool.acquire() as conn, conn.transaction():
-            await self.apply_records(conn, decoded)
-            await store_offsets(conn, self.consumer_name, offsets)
+        if self._conn is not None:
+            await self._apply_in_transaction(self._conn, decoded, offsets)
+        else:  # applied from outside run() (tests, tools): no lock to write under
+            async with self.pool.acquire() as conn:
+                await self._apply_in_transaction(conn, decoded, offsets)
         self.positions.update(offsets)
         self.applied_batches += 1
+
+    async def _apply_in_transaction(
+        self,
+        conn: asyncpg.Connection,
+        decoded: list[LedgerRecord],
+        offsets: dict[TopicPartition, int],
+    ) -> None:
+        async with conn.transaction():
+            await self.apply_records(conn, decoded)
+            await store_offsets(conn, self.consumer_name, offsets)
 
     async def apply_records(self, conn: asyncpg.Connection, records: list[LedgerRecord]) -> None:
         """The pure step and its writes (a seam for tests that crash mid-batch)."""
@@ -243,15 +298,23 @@ async def build_sink(settings: Settings, ledger: Ledger, pool: asyncpg.Pool, **k
 
 
 async def serve(settings: Settings) -> None:
-    """Run the sink until cancelled (``gridledger sink``)."""
-    pool = await db.create_pool(settings)
+    """Run the sink until cancelled (``gridledger sink``).
+
+    It waits for Postgres and the broker when either is not up yet, and rides out
+    their outages while it runs (:meth:`Sink.run`).
+    """
+    pool = await db.create_pool(settings, wait=True)
     try:
-        async with Ledger(settings, "sink") as ledger:
-            sink = await build_sink(settings, ledger, pool)
+        ledger = await Ledger(settings, "sink").start(wait=True)
+        try:
+            await db.when_reachable(settings, lambda: migrate_pool(pool, settings.pg_schema))
+            sink = Sink(settings, ledger, pool)
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 # Finish the batch in flight, then stop: nothing is left half-applied.
                 loop.add_signal_handler(sig, sink.stop)
             await sink.run()
+        finally:
+            await ledger.stop()
     finally:
         await pool.close()

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import asyncpg
 
 from schemas.errors import GridledgerError
+from services.backoff import outage_of, retrying
 from services.settings import Settings
+
+_T = TypeVar("_T")
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -25,25 +30,82 @@ def check_schema(name: str) -> str:
     return name
 
 
+POSTGRES_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,  # refused, reset: the server is not listening (yet)
+    TimeoutError,
+    asyncpg.PostgresConnectionError,  # class 08, e.g. closed in the middle of an operation
+    asyncpg.CannotConnectNowError,  # "the database system is starting up"
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.InterfaceError,  # an operation on a connection that the outage closed
+)
+"""Errors that mean "Postgres is not reachable now": retried, never fatal."""
+
+_NOT_AN_OUTAGE = (
+    asyncpg.InvalidAuthorizationSpecificationError,  # wrong role or password
+    asyncpg.InvalidCatalogNameError,  # no such database
+)
+"""Connection errors that a retry cannot fix: a bad configuration, told and fatal."""
+
+
+def postgres_unavailable(exc: BaseException) -> bool:
+    """True when ``exc`` (or the error it wraps) means Postgres is away for now."""
+    while exc is not None:
+        if isinstance(exc, _NOT_AN_OUTAGE):
+            return False
+        if isinstance(exc, asyncpg.InterfaceError):
+            # asyncpg's misuse errors share the class; only a closed connection is an outage.
+            return "closed" in str(exc)
+        if isinstance(exc, POSTGRES_UNAVAILABLE):
+            return True
+        exc = exc.__cause__  # type: ignore[assignment]
+    return False
+
+
+async def when_reachable(settings: Settings, operation: Callable[[], Awaitable[_T]]) -> _T:
+    """``await operation()``, retried with the shared backoff while Postgres is away."""
+    return await retrying(
+        operation,
+        outage=outage_of(f"Postgres at {settings.dsn_redacted}"),
+        transient=postgres_unavailable,
+        backoff=settings.reconnect_backoff(),
+    )
+
+
 async def create_pool(
-    settings: Settings, schema: str | None = None, *, min_size: int = 1, max_size: int = 5
+    settings: Settings,
+    schema: str | None = None,
+    *,
+    min_size: int = 1,
+    max_size: int = 5,
+    wait: bool = False,
 ) -> asyncpg.Pool:
-    """A pool whose connections see ``schema`` (default ``settings.pg_schema``) first."""
+    """A pool whose connections see ``schema`` (default ``settings.pg_schema``) first.
+
+    ``wait=True`` (long-running services) retries until Postgres answers; otherwise
+    an unreachable server raises at once. Either way a wrong role, password or
+    database is a :class:`ReadModelError` at once: no retry would fix it.
+    """
     schema = check_schema(schema or settings.pg_schema)
-    try:
-        pool = await asyncpg.create_pool(
-            settings.dsn,
-            min_size=min_size,
-            max_size=max_size,
-            server_settings={"search_path": schema, "timezone": "UTC"},
-        )
-    except (OSError, asyncpg.PostgresError) as exc:
-        raise ReadModelError(
-            f"cannot reach Postgres at {settings.dsn}: {exc}. "
-            "Start the local stack with `gridledger dev up`"
-        ) from exc
-    assert pool is not None
-    return pool
+
+    async def connect() -> asyncpg.Pool:
+        try:
+            pool = await asyncpg.create_pool(
+                settings.dsn,
+                min_size=min_size,
+                max_size=max_size,
+                server_settings={"search_path": schema, "timezone": "UTC"},
+            )
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise ReadModelError(
+                f"cannot reach Postgres at {settings.dsn_redacted}: {exc}. "
+                "Start the local stack with `gridledger dev up`"
+            ) from exc
+        assert pool is not None
+        return pool
+
+    return await (when_reachable(settings, connect) if wait else connect())
 
 
 async def drop_schema(settings: Settings, schema: str) -> None:

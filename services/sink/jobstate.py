@@ -124,6 +124,13 @@ class JobCache:
                 self._committed.popitem(last=False)
         self._staged, self._staged_xact = {}, None
 
+    def clear(self) -> None:
+        """Forget everything: after a lost connection whether the last batch committed is
+        unknown (and ``pg_xact_status`` of a transaction the crash cut off may even be
+        an error), so every job is read back from the tables as they were committed."""
+        self._committed.clear()
+        self._staged, self._staged_xact, self._xact = {}, None, None
+
     def get(self, job_id: str) -> JobState | None:
         """A copy of the job's state as this transaction sees it, None when not held."""
         state = self._staged.get(job_id) if self._staged_xact == self._xact else None

@@ -83,6 +83,10 @@ class ReadModelWriter:
         self.cache = JobCache(cache_jobs)
         self._suffix = {settings.topic(s): s for s in CONSUMED_TOPICS}
 
+    def forget(self) -> None:
+        """Drop the in-memory job states (after an outage: the tables are the truth)."""
+        self.cache.clear()
+
     def consumed_topics(self) -> list[str]:
         return list(self._suffix)
 
