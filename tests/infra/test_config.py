@@ -116,8 +116,14 @@ def test_a_zombie_or_a_reused_pid_is_not_alive():
     assert not processes.is_alive(child.pid)
     child.wait()
 
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE,
+    )
     try:
+        # Until the child has exec'd, /proc/<pid>/cmdline is still this process's: wait
+        # for the child to speak, which it can only do once it runs its own program.
+        assert sleeper.stdout is not None and sleeper.stdout.readline() == b"ready\n"
         assert processes.is_alive(sleeper.pid, "time.sleep(30)")
         assert not processes.is_alive(sleeper.pid, "kafka.Kafka")
         assert processes.stop(sleeper.pid, timeout=5)
@@ -125,6 +131,7 @@ def test_a_zombie_or_a_reused_pid_is_not_alive():
     finally:
         sleeper.kill()
         sleeper.wait()
+        sleeper.stdout.close()  # type: ignore[union-attr]
 
 
 async def test_kafka_readiness_fails_with_the_log_path_when_nothing_answers(tmp_path):
