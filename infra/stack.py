@@ -48,14 +48,21 @@ def render_stack_env(settings: Settings) -> str:
     """``stack.env``: the values ``up`` used, read back by ``load_settings()``."""
     values = {
         "GRIDLEDGER_HOME": str(settings.home),
-        "GRIDLEDGER_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "GRIDLEDGER_KAFKA_BOOTSTRAP": ",".join(n.address for n in kafka.cluster_nodes(settings)),
         "GRIDLEDGER_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
+        "GRIDLEDGER_KAFKA_BROKERS": str(settings.kafka_brokers),
         "GRIDLEDGER_TOPIC_PREFIX": settings.topic_prefix,
         "GRIDLEDGER_JOB_PARTITIONS": str(settings.job_partitions),
         "GRIDLEDGER_NODE_PARTITIONS": str(settings.node_partitions),
         "GRIDLEDGER_PG_PORT": str(settings.pg_port),
         "GRIDLEDGER_TOKENS_FILE": str(settings.tokens_path),
     }
+    if settings.kafka_brokers > 1:
+        values["GRIDLEDGER_KAFKA_CONTROLLER_PORTS"] = ",".join(
+            str(n.controller_port) for n in kafka.cluster_nodes(settings)
+        )
+    if settings.topic_replication:
+        values["GRIDLEDGER_TOPIC_REPLICATION"] = str(settings.topic_replication)
     # Only explicit values: a derived DSN written here would shadow a later GRIDLEDGER_PG_PORT.
     if settings.pg_dsn:
         values["GRIDLEDGER_PG_DSN"] = settings.pg_dsn
@@ -99,7 +106,8 @@ async def up(settings: Settings, report: Report = _ignore) -> list[ComponentStat
         )
 
         async def kafka_and_topics() -> None:
-            done(await kafka.up(settings))
+            for node in await kafka.up(settings):
+                done(node)
             began = time.monotonic()
             counts = await topics_module.ensure_topics(settings)
             done(
@@ -140,7 +148,10 @@ def down(settings: Settings, report: Report = _ignore) -> list[ComponentStatus]:
     """Stop the components this home's ``up`` started; data stays in the home folder."""
     with _locked(settings):
         results = []
-        for stop in (kafka.down, postgres.down, docker_daemon.down):
+        for component in kafka.down(settings):
+            results.append(component)
+            report(component)
+        for stop in (postgres.down, docker_daemon.down):
             component = stop(settings)
             results.append(component)
             report(component)
@@ -149,16 +160,15 @@ def down(settings: Settings, report: Report = _ignore) -> list[ComponentStatus]:
 
 async def status(settings: Settings) -> list[ComponentStatus]:
     """Each component's state, address, pid and log, without changing anything."""
-    parts = await asyncio.gather(
-        asyncio.to_thread(kafka.status, settings),
+    brokers, *parts = await asyncio.gather(
+        asyncio.to_thread(kafka.statuses, settings),
         asyncio.to_thread(postgres.status, settings),
         asyncio.to_thread(docker_daemon.status, settings),
         asyncio.to_thread(images.status, settings),
         asyncio.to_thread(tokens.status, settings),
     )
-    results = list(parts)
-    results.insert(1, await _topics_status(settings, kafka_running=parts[0].running))
-    return results
+    topics = await _topics_status(settings, kafka_running=any(b.running for b in brokers))
+    return [*brokers, topics, *parts]
 
 
 async def _topics_status(settings: Settings, kafka_running: bool) -> ComponentStatus:
@@ -183,9 +193,12 @@ async def _topics_status(settings: Settings, kafka_running: bool) -> ComponentSt
 def probe(settings: Settings) -> list[str]:
     """Fast check for tests: what of the stack does not answer (empty when all does)."""
     problems = []
-    host, port = kafka.broker_address(settings)
-    if not port_open(host, port):
-        problems.append(f"Kafka does not answer on {host}:{port}")
+    # A multi-broker cluster that lost a node still serves: one answering broker is enough.
+    addresses = [kafka.broker_address(settings)]
+    if settings.kafka_brokers > 1:
+        addresses = [(n.host, n.port) for n in kafka.cluster_nodes(settings)]
+    if not any(port_open(host, port) for host, port in addresses):
+        problems.append(f"Kafka does not answer on {settings.kafka_bootstrap}")
     if not settings.pg_dsn and not port_open("127.0.0.1", settings.pg_port):
         problems.append(f"Postgres does not answer on 127.0.0.1:{settings.pg_port}")
     if not docker_daemon.ping(settings):

@@ -44,8 +44,11 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             partitions = 1
         else:
             partitions = settings.job_partitions
-        policy = "compact" if suffix in COMPACTED_TOPICS else "delete"
-        specs.append(TopicSpec(settings.topic(suffix), partitions, {"cleanup.policy": policy}))
+        configs = {"cleanup.policy": "compact" if suffix in COMPACTED_TOPICS else "delete"}
+        if settings.replication_factor > 1:
+            # Per topic as well as the broker default: a topic keeps it on any cluster.
+            configs["min.insync.replicas"] = str(settings.min_insync_replicas)
+        specs.append(TopicSpec(settings.topic(suffix), partitions, configs))
     return specs
 
 
@@ -81,7 +84,7 @@ async def ensure_topics(settings: Settings, timeout: float = 30.0) -> dict[str, 
                     NewTopic(
                         name=spec.name,
                         num_partitions=spec.partitions,
-                        replication_factor=settings.topic_replication,
+                        replication_factor=settings.replication_factor,
                         topic_configs=spec.configs,
                     )
                     for spec in missing
@@ -97,11 +100,11 @@ async def ensure_topics(settings: Settings, timeout: float = 30.0) -> dict[str, 
                     f"Kafka at {settings.kafka_bootstrap} refused to create topics: "
                     + "; ".join(refused)
                 )
-        return await _wait_for_leaders(admin, specs, timeout)
+        return await _wait_for_leaders(admin, specs, timeout, settings.min_insync_replicas)
 
 
 async def _wait_for_leaders(
-    admin: AIOKafkaAdminClient, specs: list[TopicSpec], timeout: float
+    admin: AIOKafkaAdminClient, specs: list[TopicSpec], timeout: float, min_isr: int = 1
 ) -> dict[str, int]:
     expected = {spec.name: spec.partitions for spec in specs}
     deadline = time.monotonic() + timeout
@@ -124,6 +127,9 @@ async def _wait_for_leaders(
                 )
             elif not partitions or any(p["leader"] < 0 for p in partitions):
                 pending[name] = "no leader yet"
+            elif any(len(p["isr"]) < min_isr for p in partitions):
+                # An acks=all append would be refused (NotEnoughReplicas) until then.
+                pending[name] = f"fewer than {min_isr} replicas in sync yet"
         for name in expected.keys() - counts.keys():
             pending[name] = "not in metadata yet"
         if not pending:
@@ -174,6 +180,8 @@ async def topic_configs(settings: Settings, keys: list[str]) -> dict[str, dict[s
     for response in responses:
         for error_code, error_message, _type, name, entries, *_ in response.resources:
             if error_code != 0:
-                raise StackError(f"describe configs of {name} failed: {error_message}")
+                raise StackError(
+                    f"describe configs of {name} failed: error {error_code} {error_message or ''}"
+                )
             configs[name] = {entry[0]: entry[1] for entry in entries}
     return configs

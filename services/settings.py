@@ -52,8 +52,20 @@ class Settings(BaseSettings):
     topic_prefix: str = "gridledger."
     job_partitions: int = Field(6, ge=1, description="partitions of job-keyed topics")
     node_partitions: int = Field(6, ge=1, description="partitions of node-keyed topics")
-    topic_replication: int = Field(
-        1, ge=1, description="replication factor of new topics (3 on a multi-broker cluster)"
+    kafka_brokers: int = Field(
+        1,
+        ge=1,
+        le=9,
+        description="brokers of the local KRaft cluster `dev up` runs (`dev up --brokers 3`); "
+        "each is a combined broker+controller node, node i at the i-th bootstrap address",
+    )
+    kafka_controller_ports: str = ""
+    """Controller ports of a multi-broker local cluster, comma-separated, node i first;
+    empty derives ``kafka_controller_port + 2*(i-1)``."""
+    topic_replication: int | None = Field(
+        None,
+        ge=1,
+        description="replication factor of new topics; default min(3, kafka_brokers)",
     )
     pg_port: int = 55432
     pg_dsn: str = ""
@@ -129,6 +141,21 @@ class Settings(BaseSettings):
         return Backoff(
             self.reconnect_initial_s, max(self.reconnect_max_s, self.reconnect_initial_s)
         )
+
+    @property
+    def replication_factor(self) -> int:
+        """Replicas of every new topic: the explicit setting, else up to 3 local brokers."""
+        return self.topic_replication or min(3, self.kafka_brokers)
+
+    @property
+    def min_insync_replicas(self) -> int:
+        """Replicas an ``acks=all`` append waits for: 2 of 3, so one broker may die.
+
+        One less than the replication (never below 1, never above 2): with 3 replicas
+        an append survives the loss of any one broker and still refuses to be
+        acknowledged by a lone survivor that could lose it.
+        """
+        return max(1, min(2, self.replication_factor - 1))
 
     def topic(self, name: str) -> str:
         """Full topic name for a suffix from :data:`TOPIC_NAMES`."""

@@ -27,9 +27,15 @@ def _print(component: ComponentStatus) -> None:
 
 
 @dev.command("up")
-def up() -> int:
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, 9),
+    help="Kafka brokers of the local KRaft cluster (default 1, or what the last `dev up` of "
+    "this home used); 3 gives replication 3 and min.insync.replicas=2.",
+)
+def up(brokers: int | None) -> int:
     """Start what is not running, then check every component."""
-    settings = load_settings()
+    settings = load_settings(**({"kafka_brokers": brokers} if brokers else {}))
     began = time.monotonic()
     click.echo(f"gridledger local stack in {settings.home}")
     asyncio.run(stack.up(settings, report=_print))
