@@ -1,0 +1,1 @@
+"""The chaos suite: a whole installation under real faults, and invariants over its ledger."""
