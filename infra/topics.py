@@ -166,22 +166,37 @@ async def delete_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     return present
 
 
-async def topic_configs(settings: Settings, keys: list[str]) -> dict[str, dict[str, str]]:
-    """``{topic: {key: value}}`` of the settings' topics as the broker reports them."""
+async def topic_configs(
+    settings: Settings, keys: list[str], timeout: float = 15.0
+) -> dict[str, dict[str, str]]:
+    """``{topic: {key: value}}`` of the settings' topics as the broker reports them.
+
+    On a multi-broker cluster the broker asked may not know a just-created topic
+    yet (UNKNOWN_TOPIC_OR_PARTITION): asked again until ``timeout``.
+    """
     names = [spec.name for spec in topic_specs(settings)]
+    deadline = time.monotonic() + timeout
     async with admin_client(settings) as admin:
-        responses = await admin.describe_configs(
-            [
-                ConfigResource(ConfigResourceType.TOPIC, name, configs=dict.fromkeys(keys))
-                for name in names
-            ]
+        while True:
+            responses = await admin.describe_configs(
+                [
+                    ConfigResource(ConfigResourceType.TOPIC, name, configs=dict.fromkeys(keys))
+                    for name in names
+                ]
+            )
+            configs: dict[str, dict[str, str]] = {}
+            errors = []
+            for response in responses:
+                for error_code, error_message, _type, name, entries, *_ in response.resources:
+                    if error_code != 0:
+                        errors.append((error_code, name, error_message))
+                    configs[name] = {entry[0]: entry[1] for entry in entries}
+            unknown = all(code == UNKNOWN_TOPIC_OR_PARTITION for code, *_ in errors)
+            if not errors or not unknown or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.3)
+    for error_code, name, error_message in errors:
+        raise StackError(
+            f"describe configs of {name} failed: error {error_code} {error_message or ''}"
         )
-    configs: dict[str, dict[str, str]] = {}
-    for response in responses:
-        for error_code, error_message, _type, name, entries, *_ in response.resources:
-            if error_code != 0:
-                raise StackError(
-                    f"describe configs of {name} failed: error {error_code} {error_message or ''}"
-                )
-            configs[name] = {entry[0]: entry[1] for entry in entries}
     return configs

@@ -189,3 +189,52 @@ async def _until(check, timeout: float, what: str) -> None:  # type: ignore[no-u
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         await asyncio.sleep(0.1)
+
+
+@pytest.mark.integration
+def test_dev_up_brokers_3_shows_each_broker_and_dev_down_stops_them_all():
+    import json
+    import subprocess
+    import sys
+
+    from infra import processes
+
+    shared = load_settings()
+    home = new_home("gl-3brokers-cli-")
+    if not link_jars(shared, home):
+        pytest.skip("no Kafka jars in the shared home: run `gridledger dev up` first")
+    ours = private_settings(shared, home, brokers=3)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GRIDLEDGER_")},
+        "GRIDLEDGER_HOME": str(home),
+        "GRIDLEDGER_KAFKA_BOOTSTRAP": ours.kafka_bootstrap,
+        "GRIDLEDGER_KAFKA_CONTROLLER_PORTS": ours.kafka_controller_ports,
+        "GRIDLEDGER_PG_PORT": str(ours.pg_port),
+    }
+
+    def dev(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "services.cli.main", "dev", *args],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    try:
+        up = dev("up", "--brokers", "3")
+        assert up.returncode == 0, up.stdout + up.stderr
+        status = dev("status", "--json")
+        assert status.returncode == 0, status.stdout + status.stderr
+        components = json.loads(status.stdout)["components"]
+        brokers = {name: c for name, c in components.items() if name.startswith("kafka")}
+        assert sorted(brokers) == ["kafka-1", "kafka-2", "kafka-3"]
+        assert all(c["running"] and c["pid"] for c in brokers.values())
+        assert "GRIDLEDGER_KAFKA_BROKERS=3" in (home / "stack.env").read_text()
+        # A later `dev up` without the flag keeps the cluster the home runs.
+        again = dev("up")
+        assert again.returncode == 0 and again.stdout.count("already running") >= 3
+        down = dev("down")
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert not any(processes.is_alive(c["pid"]) for c in brokers.values())
+        assert dev("status").returncode == 1
+    finally:
+        dev("down")
+        shutil.rmtree(home, ignore_errors=True)
