@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -135,6 +136,19 @@ class Settings(BaseSettings):
     """How long a starting sink waits for the schema's lock (a crashed predecessor's
     session may hold it briefly) before refusing to run beside another sink."""
     """Records the sink applies per Postgres transaction."""
+    # ---- operations (services/ops)
+    ops_host: str = "127.0.0.1"
+    ops_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="this process's ops HTTP port (/healthz, /readyz, /metrics); 0 = off",
+    )
+    ops_max_lag: int = Field(
+        10_000, ge=0, description="consumer lag (records) above which /readyz answers 503"
+    )
+    log_format: Literal["text", "json"] = "text"
+    """``json``: one JSON object per log line, with job_id, attempt and event_id when known."""
 
     def reconnect_backoff(self) -> Backoff:
         """The backoff every service uses to reconnect to the broker and Postgres."""

@@ -57,6 +57,8 @@ class Agent:
         self._stopping = False
         self.commands_ready = asyncio.Event()
         """Set once the node-commands consumer is assigned and positioned."""
+        self.commands_consumer: Any = None
+        """That consumer while it reads (its lag is the ops server's)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -297,6 +299,7 @@ class Agent:
                 consumer.assign([tp])
                 await consumer.position(tp)
                 self.commands_ready.set()
+                self.commands_consumer = consumer
                 tries = 0
                 ledger.outage.up()
                 while not self._stopping:
@@ -316,6 +319,7 @@ class Agent:
                 await asyncio.sleep(backoff.delay(tries))
                 tries += 1
             finally:
+                self.commands_consumer = None
                 if consumer is not None:
                     with contextlib.suppress(Exception):
                         await consumer.stop()

@@ -19,6 +19,7 @@ from typing import Protocol
 from urllib.parse import unquote, urlparse
 
 from services.agent.errors import ArtifactStoreError
+from services.ops import metrics
 
 _CHUNK = 1024 * 1024
 _TRAILING_NUMBER = re.compile(r"(\d+)(?!.*\d)")
@@ -95,6 +96,18 @@ class FailingStore:
                 f"(test hook GRIDLEDGER_AGENT_ARTIFACT_FAIL_GLOB={self.pattern!r})"
             )
         return self.inner.put(job_id, attempt, path, source)
+
+
+class MeteredStore:
+    """Wraps a store; counts the bytes it stored (``gridledger_upload_bytes``)."""
+
+    def __init__(self, inner: ArtifactStore) -> None:
+        self.inner = inner
+
+    def put(self, job_id: str, attempt: int, path: str, source: Path) -> StoredArtifact:
+        stored = self.inner.put(job_id, attempt, path, source)
+        metrics.UPLOAD_BYTES.inc(stored.bytes)
+        return stored
 
 
 def file_from_uri(uri: str) -> Path:

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from services.agent.agent import Agent
-from services.agent.artifacts import ArtifactStore, FailingStore, FilesystemStore
+from services.agent.artifacts import ArtifactStore, FailingStore, FilesystemStore, MeteredStore
 from services.agent.context import AgentContext
 from services.agent.inventory import discover
 from services.agent.journal import Journal
@@ -42,6 +42,7 @@ def bootstrap(
             "artifact paths matching %r will fail to store (test hook)", agent.artifact_fail_glob
         )
         artifacts = FailingStore(artifacts, agent.artifact_fail_glob)
+    artifacts = MeteredStore(artifacts)
     ctx = AgentContext(
         settings=settings,
         agent=agent,
@@ -62,8 +63,15 @@ def bootstrap(
 
 async def run_agent(settings: Settings, agent: AgentSettings, stop: asyncio.Event) -> None:
     """Run an agent until ``stop`` is set, then shut it down cleanly."""
-    node = await bootstrap(settings, agent).start()
+    from services.ops.server import ops_server
+    from services.ops.wiring import agent_endpoints
+
+    node = bootstrap(settings, agent)
+    ops = ops_server(settings, agent_endpoints(settings, node))
+    await node.start()
+    await ops.start()
     try:
         await stop.wait()
     finally:
+        await ops.stop()
         await node.stop()

@@ -9,6 +9,7 @@ from typing import Any
 
 from services.agent.spool import SpoolRecord
 from services.ledger import Ledger
+from services.ops import metrics
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,12 @@ class LedgerPublisher:
         except BaseException:
             await self._reset()
             raise
+        produced: dict[str, int] = {}
+        for record in records:
+            produced[record.topic] = produced.get(record.topic, 0) + 1
+        metrics.count_by_topic(
+            metrics.EVENTS_PRODUCED, {self.settings.topic(t): n for t, n in produced.items()}
+        )
 
     async def _reset(self) -> None:
         ledger, self._ledger = self._ledger, None

@@ -26,6 +26,9 @@ from services.api import auth, problems, queries
 from services.api.logs import serve_logs
 from services.api.openapi import openapi_document
 from services.ledger.client import Ledger
+from services.ops.checks import close_checks
+from services.ops.server import OpsEndpoints, request_metrics
+from services.ops.wiring import api_endpoints
 from services.settings import Settings
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -297,23 +300,6 @@ async def list_nodes(request: web.Request) -> web.Response:
     return web.json_response({"nodes": nodes}, dumps=_json_text)
 
 
-async def healthz(request: web.Request) -> web.Response:
-    checks: dict[str, str] = {}
-    try:
-        await request.app[POOL].fetchval("SELECT 1")
-        checks["postgres"] = "ok"
-    except (OSError, asyncpg.PostgresError) as exc:
-        checks["postgres"] = f"error: {exc}"
-    try:
-        request.app[LEDGER].producer  # noqa: B018 - raises when the ledger is not started
-        checks["kafka"] = "ok"
-    except Exception as exc:  # noqa: BLE001 - reported, not swallowed
-        checks["kafka"] = f"error: {exc}"
-    ok = all(v == "ok" for v in checks.values())
-    body = {"status": "ok" if ok else "degraded", **checks}
-    return web.json_response(body, status=200 if ok else 503)
-
-
 async def openapi(request: web.Request) -> web.Response:
     return web.json_response(openapi_document())
 
@@ -321,11 +307,18 @@ async def openapi(request: web.Request) -> web.Response:
 # --------------------------------------------------------------------------- composition root
 
 
-def build_app(settings: Settings, ledger: Ledger, pool: asyncpg.Pool) -> web.Application:
-    """The API application over a started ledger and a pool on the read-model schema."""
+def build_app(
+    settings: Settings, ledger: Ledger, pool: asyncpg.Pool, ops: OpsEndpoints | None = None
+) -> web.Application:
+    """The API application over a started ledger and a pool on the read-model schema.
+
+    ``/healthz``, ``/readyz`` and ``/metrics`` are the ops endpoints every service
+    has (``services.ops``), served on the API's own port as well.
+    """
     tokens = auth.Tokens(settings.tokens_path)
     app = web.Application(
-        middlewares=[auth.middleware(tokens)], client_max_size=settings.api_max_body_bytes
+        middlewares=[request_metrics, auth.middleware(tokens)],
+        client_max_size=settings.api_max_body_bytes,
     )
     app[SETTINGS] = settings
     app[LEDGER] = ledger
@@ -340,6 +333,12 @@ def build_app(settings: Settings, ledger: Ledger, pool: asyncpg.Pool) -> web.App
     app.router.add_post("/v1/jobs/{job_id}/cancel", cancel_job)
     app.router.add_get("/v1/accounting", list_accounting)
     app.router.add_get("/v1/nodes", list_nodes)
-    app.router.add_get("/healthz", healthz)
     app.router.add_get("/openapi.json", openapi)
+    endpoints = ops or api_endpoints(settings, pool)
+    endpoints.add_routes(app)
+
+    async def close_checks_on_cleanup(app: web.Application) -> None:
+        await close_checks(endpoints.checks)
+
+    app.on_cleanup.append(close_checks_on_cleanup)
     return app

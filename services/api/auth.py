@@ -14,8 +14,11 @@ from pathlib import Path
 
 from aiohttp import web
 
+from services.ops.server import OPS_PATHS
+
 TENANT_KEY = web.RequestKey("tenant", str)
-PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json"})
+PUBLIC_PATHS = frozenset({"/openapi.json"}) | OPS_PATHS
+"""No token for the OpenAPI document and the ops endpoints (probes and scrapers)."""
 
 
 class Tokens:

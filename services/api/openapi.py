@@ -172,9 +172,26 @@ def openapi_document() -> dict[str, Any]:
             },
             "/healthz": {
                 "get": {
-                    "summary": "Postgres and Kafka reachable",
+                    "summary": "The process is alive (liveness)",
                     "security": [],
-                    "responses": {"200": {"description": "ok"}, "503": {"description": "degraded"}},
+                    "responses": {"200": {"description": "{service, pid, alive, uptime_s}"}},
+                }
+            },
+            "/readyz": {
+                "get": {
+                    "summary": "Readiness: broker metadata fetched, Postgres answers SELECT 1",
+                    "security": [],
+                    "responses": {
+                        "200": {"description": "{service, pid, ready, checks[]}: all passed"},
+                        "503": {"description": "same body; at least one check failed"},
+                    },
+                }
+            },
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus metrics (text exposition format)",
+                    "security": [],
+                    "responses": {"200": {"description": "text/plain; version=0.0.4"}},
                 }
             },
         },

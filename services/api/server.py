@@ -9,6 +9,8 @@ from aiohttp import web
 
 from services.api.app import build_app
 from services.ledger.client import Ledger
+from services.ops.server import OpsServer
+from services.ops.wiring import api_endpoints
 from services.settings import Settings
 from services.sink import db
 from services.sink.migrate import migrate_pool
@@ -19,7 +21,8 @@ async def serve(settings: Settings) -> None:
     try:
         await migrate_pool(pool, settings.pg_schema)
         async with Ledger(settings, "api") as ledger:
-            runner = web.AppRunner(build_app(settings, ledger, pool))
+            ops = api_endpoints(settings, pool)
+            runner = web.AppRunner(build_app(settings, ledger, pool, ops))
             await runner.setup()
             site = web.TCPSite(runner, settings.api_host, settings.api_port)
             await site.start()
@@ -28,9 +31,12 @@ async def serve(settings: Settings) -> None:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, stopping.set)
+            # GRIDLEDGER_OPS_PORT, when set, serves the same endpoints on a port of their own.
+            extra = await OpsServer(ops, settings.ops_host, settings.ops_port).start()
             try:
                 await stopping.wait()
             finally:
+                await extra.stop()
                 await runner.cleanup()
     finally:
         await pool.close()

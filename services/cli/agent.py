@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import click
 
 from services.agent.bootstrap import run_agent
 from services.agent.settings import AgentSettings
+from services.ops.logs import setup_logging
 from services.settings import load_settings
 
 
@@ -41,13 +41,12 @@ def agent(log_level: str, inventory: Path | None, **options: Any) -> int:
     are left running and re-attached by the next start (--shutdown-policy stop
     stops them).
     """
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     options["inventory_file"] = inventory
     overrides = {name: value for name, value in options.items() if value is not None}
     agent_settings = AgentSettings(**overrides)
-    asyncio.run(_serve(load_settings(), agent_settings))
+    settings = load_settings()
+    setup_logging(f"agent-{agent_settings.node_id}", log_level, settings.log_format)
+    asyncio.run(_serve(settings, agent_settings))
     return 0
 
 

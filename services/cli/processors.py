@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import sys
 
 import click
 
+from services.ops.logs import setup_logging
 from services.settings import load_settings
 
 CHOICES = ("dispatch", "state", "watchdog", "classifier", "accounting")
@@ -41,20 +41,25 @@ def processors(only: list[str], app_id: str | None, log_level: str) -> int:
     one kind of worker. Settings: GRIDLEDGER_WATCHDOG_SILENCE_S,
     GRIDLEDGER_WATCHDOG_LOST_AFTER_S, GRIDLEDGER_WATCHDOG_FINISHING_TIMEOUT_S.
     """
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    setup_logging("processors", log_level, load_settings().log_format)
     asyncio.run(_serve(only, app_id))
     return 0
 
 
 async def _serve(only: list[str], app_id: str | None) -> None:
+    from services.ops.server import ops_server
+    from services.ops.wiring import processors_endpoints
     from services.processors import build_processors
 
-    workers = build_processors(load_settings(), only, app_id)
+    settings = load_settings()
+    workers = build_processors(settings, only, app_id)
+    ops = ops_server(settings, processors_endpoints(settings, workers))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await workers.start()
+    await ops.start()
     print(f"processors {','.join(workers.only)} running as {workers.app_id}", flush=True)
     stopping = asyncio.ensure_future(stop.wait())
     crashing = asyncio.ensure_future(workers.crashed.wait())
@@ -65,6 +70,7 @@ async def _serve(only: list[str], app_id: str | None) -> None:
         print(f"gridledger processors: crashed: {workers.error!r}", file=sys.stderr, flush=True)
         os._exit(70)
     crashing.cancel()
+    await ops.stop()
     await workers.stop()
 
 

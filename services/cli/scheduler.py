@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 
 import click
 
+from services.ops.logs import setup_logging
 from services.settings import load_settings
 
 
@@ -23,20 +23,24 @@ def scheduler(log_level: str) -> int:
     Settings: GRIDLEDGER_SCHEDULER_NODE_TIMEOUT_S,
     GRIDLEDGER_SCHEDULER_DISPATCH_TIMEOUT_S, GRIDLEDGER_SCHEDULER_TICK_S.
     """
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    setup_logging("scheduler", log_level, load_settings().log_format)
     asyncio.run(_serve())
     return 0
 
 
 async def _serve() -> None:
+    from services.ops.server import ops_server
+    from services.ops.wiring import scheduler_endpoints
     from services.scheduler import build_scheduler
 
-    service = build_scheduler(load_settings())
+    settings = load_settings()
+    service = build_scheduler(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await service.start()
+    ops = await ops_server(settings, scheduler_endpoints(settings, service)).start()
     try:
         waiter = asyncio.ensure_future(stop.wait())
         assert service._task is not None
@@ -45,6 +49,7 @@ async def _serve() -> None:
             waiter.cancel()
             service._task.result()
     finally:
+        await ops.stop()
         await service.stop()
 
 

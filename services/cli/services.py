@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import click
 
+from services.ops.logs import setup_logging
 from services.settings import load_settings
 
 
@@ -18,8 +18,9 @@ def api(host: str | None, port: int | None) -> int:
     from services.api.server import serve
 
     overrides = {k: v for k, v in (("api_host", host), ("api_port", port)) if v}
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(serve(load_settings(**overrides)))
+    settings = load_settings(**overrides)
+    setup_logging("api", "INFO", settings.log_format)
+    asyncio.run(serve(settings))
     return 0
 
 
@@ -32,8 +33,9 @@ def sink(schema: str | None) -> int:
     from services.sink.consumer import serve
 
     overrides = {"pg_schema": schema} if schema else {}
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(serve(load_settings(**overrides)))
+    settings = load_settings(**overrides)
+    setup_logging("sink", "INFO", settings.log_format)
+    asyncio.run(serve(settings))
     return 0
 
 

@@ -34,6 +34,7 @@ from schemas import codec
 from schemas.errors import EventDecodeError, LedgerError
 from schemas.events import Event
 from services.backoff import outage_of, retrying, route_client_logs
+from services.ops import metrics
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -256,6 +257,10 @@ class Ledger:
                 f"the broker did not acknowledge the append: {type(exc).__name__}: {exc}"
             ) from exc
         self.outage.up()
+        produced: dict[str, int] = {}
+        for tp, _, _ in slots:
+            produced[tp[0]] = produced.get(tp[0], 0) + 1
+        metrics.count_by_topic(metrics.EVENTS_PRODUCED, produced)
         return [Appended(tp[0], tp[1], acked[tp][i].offset + n) for tp, i, n in slots]
 
     async def append_until_acked(self, events: Sequence[Event]) -> list[Appended]:
@@ -312,6 +317,7 @@ class Ledger:
                 f"the broker did not acknowledge the append: {exc}"
             ) from exc
         self.outage.up()
+        metrics.EVENTS_PRODUCED.labels(topic=meta.topic).inc()
         return Appended(meta.topic, meta.partition, meta.offset)
 
     # ----------------------------------------------------------------------- dead letter
@@ -364,6 +370,7 @@ class Ledger:
                     exc,
                 )
             return None
+        metrics.EVENTS_CONSUMED.labels(topic=raw.topic).inc()
         return LedgerRecord(
             raw.topic,
             raw.partition,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,6 +39,7 @@ from schemas.events import (
 )
 from schemas.views import JobView
 from services.ledger import Ledger
+from services.ops import metrics
 from services.processors import dispatch
 from services.processors.store import LOCAL, JobStore
 from services.settings import Settings
@@ -69,6 +71,8 @@ class Batch:
     """Job -> offset of its latest job-event in the batch (state)."""
     accounts: set[str] = field(default_factory=set)
     """Jobs whose accounting record may have changed (accounting)."""
+    newest_s: float | None = None
+    """Broker timestamp (epoch seconds) of the batch's newest record: decision latency."""
 
 
 Handler = Callable[[str, int, Event, Batch], None]
@@ -104,7 +108,14 @@ class Step:
         batch = Batch()
         store = self.store
         handlers = self.handlers
+        consumed: dict[str, int] = {}
         for record in records:
+            consumed[record.topic] = consumed.get(record.topic, 0) + 1
+            stamp = getattr(record, "timestamp", None)
+            if stamp:
+                # faust's Message has seconds, aiokafka's ConsumerRecord milliseconds.
+                seconds = stamp / 1000 if stamp > 1e11 else float(stamp)
+                batch.newest_s = max(batch.newest_s or seconds, seconds)
             if record.value is None:
                 continue  # a tombstone: nothing to apply
             try:
@@ -127,11 +138,13 @@ class Step:
                 store.add(value.job_id, record.offset, value)
                 for handler in handlers:
                     handler(value.job_id, record.offset, value, batch)
+        metrics.count_by_topic(metrics.EVENTS_CONSUMED, consumed)
         await self.flush(batch)
 
     async def flush(self, batch: Batch) -> None:
         """Send the batch's events, then each job's view and record once; await every ack."""
         sends = batch.sends
+        decisions = len(sends)
         state = self.settings.topic("job-state")
         for job_id, offset in batch.views.items():
             sends.append((state, job_id, self.view(job_id, offset)))
@@ -157,6 +170,14 @@ class Step:
                 await future
         except KafkaError as exc:
             raise LedgerError(f"the broker did not acknowledge an append: {exc}") from exc
+        produced: dict[str, int] = {}
+        for topic, _, _ in sends:
+            produced[topic] = produced.get(topic, 0) + 1
+        metrics.count_by_topic(metrics.EVENTS_PRODUCED, produced)
+        if decisions and batch.newest_s is not None:
+            metrics.DECISION_LATENCY.labels(decider="processors").observe(
+                max(0.0, time.time() - batch.newest_s)
+            )
 
     # ----------------------------------------------------------------------- views
 

@@ -49,6 +49,8 @@ class Scheduler:
         """Own decisions read back and skipped without decoding (see the module docstring)."""
         self._own: set[tuple[str, int, int]] = set()
         self._task: asyncio.Task[None] | None = None
+        self.consumer: Any = None
+        """The live consumer while :meth:`run` runs (its lag is the ops server's)."""
 
     async def start(self) -> Scheduler:
         await self.ledger.start(wait=True)
@@ -98,6 +100,7 @@ class Scheduler:
             tps += [TopicPartition(topic, p) for p in range(count)]
         consumer = self.ledger.consumer()
         await consumer.start()
+        self.consumer = consumer
         try:
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
@@ -123,6 +126,7 @@ class Scheduler:
                     await self._decide()
                     next_tick = time.monotonic() + tick
         finally:
+            self.consumer = None
             await consumer.stop()
 
     async def _rebuild(self, consumer, tps: list[TopicPartition], ends) -> None:  # type: ignore[no-untyped-def]

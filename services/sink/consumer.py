@@ -21,6 +21,8 @@ from aiokafka import TopicPartition
 
 from services.backoff import outage_of, wait_event
 from services.ledger.client import Ledger, LedgerRecord, broker_unavailable
+from services.ops.server import ops_server
+from services.ops.wiring import sink_endpoints
 from services.settings import Settings
 from services.sink import db
 from services.sink.migrate import migrate_pool
@@ -83,6 +85,8 @@ class Sink:
         self.writer = writer or ReadModelWriter(settings)
         self.applied_batches = 0
         self.positions: dict[TopicPartition, int] = {}
+        self.consumer: Any = None
+        """The live consumer while :meth:`run` consumes (its lag is the ops server's)."""
         self._stopping = asyncio.Event()
         self._conn: asyncpg.Connection | None = None
         """The connection of the running session: it holds the schema lock."""
@@ -186,6 +190,7 @@ class Sink:
                 # already deleted by retention resets to the earliest (auto_offset_reset).
                 consumer.seek(tp, stored.get(tp, 0))
             self.positions = dict(stored)
+            self.consumer = consumer
             log.info("sink %s started on %d partitions", self.consumer_name, len(tps))
             # The next batch is polled and decoded while the current one is written:
             # Postgres executes our statements on another core meanwhile. A batch
@@ -207,6 +212,7 @@ class Sink:
                     if not ahead.cancelled():
                         ahead.exception()  # retrieve it: a poll error of a dropped batch
         finally:
+            self.consumer = None
             await consumer.stop()
 
     async def _poll(self, consumer: Any) -> _Decoded:
@@ -313,7 +319,8 @@ async def serve(settings: Settings) -> None:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 # Finish the batch in flight, then stop: nothing is left half-applied.
                 loop.add_signal_handler(sig, sink.stop)
-            await sink.run()
+            async with ops_server(settings, sink_endpoints(settings, sink)):
+                await sink.run()
         finally:
             await ledger.stop()
     finally:

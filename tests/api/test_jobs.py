@@ -156,10 +156,16 @@ async def test_missing_or_unknown_token_is_401_with_a_hint(api: Api) -> None:
     assert response.status == 401
 
 
-async def test_healthz_and_openapi_need_no_token(api: Api) -> None:
+async def test_health_readiness_and_openapi_need_no_token(api: Api) -> None:
     health = await api.client.get("/healthz")
     assert health.status == 200
-    assert (await health.json()) == {"status": "ok", "postgres": "ok", "kafka": "ok"}
+    assert (await health.json())["alive"] is True
+    ready = await api.client.get("/readyz")
+    body = await ready.json()
+    assert ready.status == 200, body
+    checks = {c["name"]: c for c in body["checks"]}
+    assert checks["kafka"]["ok"] and checks["kafka"]["brokers"] >= 1
+    assert checks["postgres"]["ok"]
     doc = await (await api.client.get("/openapi.json")).json()
     assert doc["openapi"].startswith("3.")
     assert {"/v1/jobs", "/v1/jobs/{job_id}/logs", "/v1/jobs/{job_id}/cancel"} <= set(doc["paths"])

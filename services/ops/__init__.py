@@ -1,0 +1,13 @@
+"""Operating the services: health, readiness, metrics, structured logs and the supervisor.
+
+- :mod:`.checks` — dependency checks (broker metadata, Postgres, Docker, consumer
+  membership and lag), each answering ok or not with a detail a person can act on.
+- :mod:`.server` — the small ops HTTP server every service runs on its own port:
+  ``/healthz`` (the process is alive), ``/readyz`` (its checks, 200 or 503),
+  ``/metrics`` (Prometheus text).
+- :mod:`.metrics` — every gridledger metric, defined once.
+- :mod:`.logs` — the one logging setup (text or JSON lines with job, attempt, event).
+- :mod:`.fleet`, :mod:`.supervisor` — run a set of services from a fleet file,
+  restart what crashes, stop everything that was started.
+- :mod:`.health` — ``gridledger health``: every service's readiness at a glance.
+"""

@@ -1,0 +1,239 @@
+"""What each service checks and exports: the one place that says it, per service.
+
+Each function takes the running service object and returns the
+:class:`~services.ops.server.OpsEndpoints` its ops server (or, for the API, its
+own port) serves. The services call these from their composition roots; the
+checks read the service's live state (its pool, its consumer) so ``/readyz``
+says what the service really sees.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from services.ops import metrics
+from services.ops.checks import (
+    Check,
+    DockerCheck,
+    KafkaCheck,
+    LagCheck,
+    PostgresCheck,
+    StateCheck,
+    consumer_lag,
+)
+from services.ops.server import OpsEndpoints
+from services.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def kafka_check(settings: Settings, topics: Iterable[str]) -> KafkaCheck:
+    """Broker metadata with the service's topics (full names or suffixes) present."""
+    names = [t if t.startswith(settings.topic_prefix) else settings.topic(t) for t in topics]
+    return KafkaCheck(settings.kafka_bootstrap, names)
+
+
+def _lag(settings: Settings, consumer_of: Any, positions_of: Any = None) -> LagCheck:
+    async def source() -> dict[tuple[str, int], int | None]:
+        consumer = consumer_of()
+        if consumer is None:
+            return {}
+        return await consumer_lag(consumer, positions_of() if positions_of else None)
+
+    return LagCheck(source, settings.ops_max_lag)
+
+
+# --------------------------------------------------------------------------- api
+
+
+def api_endpoints(settings: Settings, pool: Any) -> OpsEndpoints:
+    checks: list[Check] = [
+        kafka_check(settings, ("job-events", "log-chunks")),
+        PostgresCheck(pool=pool),
+    ]
+    return OpsEndpoints("api", checks)
+
+
+# --------------------------------------------------------------------------- sink
+
+
+def sink_endpoints(settings: Settings, sink: Any) -> OpsEndpoints:
+    """Sink: broker, Postgres, consuming every partition, lag from the offsets it committed."""
+
+    def consuming() -> tuple[bool, str]:
+        consumer = getattr(sink, "consumer", None)
+        if consumer is None:
+            return False, "not consuming yet (waiting for the schema lock or the broker)"
+        return True, f"assigned {len(consumer.assignment())} partition(s)"
+
+    checks: list[Check] = [
+        kafka_check(settings, sink.writer.consumed_topics()),
+        PostgresCheck(pool=sink.pool),
+        StateCheck("consumer", consuming),
+        _lag(settings, lambda: getattr(sink, "consumer", None), lambda: sink.positions),
+    ]
+
+    async def read_models() -> None:
+        async with sink.pool.acquire() as conn:
+            jobs = await conn.fetch("SELECT status, count(*) AS n FROM jobs GROUP BY status")
+            failures = await conn.fetch(
+                "SELECT failure_class, coalesce(attribution, '') AS attribution, count(*) AS n "
+                "FROM attempts WHERE coalesce(failure_class, '') <> '' GROUP BY 1, 2"
+            )
+        metrics.JOBS.clear()
+        for row in jobs:
+            metrics.JOBS.labels(status=row["status"]).set(row["n"])
+        metrics.ATTEMPT_FAILURES.clear()
+        for row in failures:
+            metrics.ATTEMPT_FAILURES.labels(
+                failure_class=row["failure_class"], attribution=row["attribution"]
+            ).set(row["n"])
+
+    return OpsEndpoints("sink", checks, [read_models, _probe_hook(checks[-1])])
+
+
+# --------------------------------------------------------------------------- scheduler
+
+
+def scheduler_endpoints(settings: Settings, scheduler: Any) -> OpsEndpoints:
+    def rebuilt() -> tuple[bool, str]:
+        if scheduler.ready.is_set():
+            state = scheduler.state
+            return True, (
+                f"deciding live: {len(state.fleet.nodes)} node(s), {len(state.jobs)} open "
+                f"job(s), {len(state.queue)} queued"
+            )
+        return False, "rebuilding its state from node-events and job-events"
+
+    lag = _lag(settings, lambda: getattr(scheduler, "consumer", None))
+    checks: list[Check] = [
+        kafka_check(settings, ("node-events", "job-events")),
+        StateCheck("rebuilt", rebuilt),
+        lag,
+    ]
+    return OpsEndpoints("scheduler", checks, [_probe_hook(lag)])
+
+
+# --------------------------------------------------------------------------- processors
+
+
+def processors_endpoints(settings: Settings, processors: Any) -> OpsEndpoints:
+    """Processors: broker, worker not crashed, group joined, lag; plus faust's own sensor."""
+    from services.processors.app import topics_for
+
+    app = processors.app
+    install_faust_sensor(app)
+
+    def worker() -> tuple[bool, str]:
+        if processors.crashed.is_set():
+            return False, f"crashed: {processors.error!r}"
+        return True, f"processors {','.join(processors.only)} running"
+
+    def group() -> tuple[bool, str]:
+        if app.rebalancing:
+            return False, f"group {processors.app_id} is rebalancing"
+        try:
+            assigned = app.consumer.assignment()
+        except Exception as exc:  # noqa: BLE001 - not started: not a member
+            return False, f"not a member of {processors.app_id} yet ({exc})"
+        if not app.consumer_generation_id:
+            return False, f"not a member of {processors.app_id} yet"
+        return True, (
+            f"member of {processors.app_id} (generation {app.consumer_generation_id}), "
+            f"{len(assigned)} partition(s) assigned"
+        )
+
+    def consumer() -> Any:
+        try:
+            app.consumer.assignment()
+        except Exception:  # noqa: BLE001 - not started yet
+            return None
+        return app.consumer
+
+    lag = _lag(settings, consumer)
+    checks: list[Check] = [
+        kafka_check(settings, topics_for(processors.only)),
+        StateCheck("worker", worker),
+        StateCheck("group", group),
+        lag,
+    ]
+    return OpsEndpoints("processors", checks, [_probe_hook(lag)])
+
+
+def install_faust_sensor(app: Any) -> bool:
+    """faust's Prometheus sensor, recording into gridledger's registry.
+
+    ``setup_prometheus_sensors`` also registers a ``/metrics`` page on faust's own
+    web server, which the processors leave off (``web_enabled=False``): the
+    registry is served by the ops server instead. Metric names start ``faust_``.
+    """
+    try:
+        from faust.sensors.prometheus import setup_prometheus_sensors
+    except ImportError as exc:  # pragma: no cover - part of faust-streaming
+        log.warning("faust's Prometheus sensor is unavailable: %s", exc)
+        return False
+    if getattr(app, "_gridledger_sensor", False):
+        return True
+    try:
+        setup_prometheus_sensors(app, registry=metrics.REGISTRY, name_prefix="faust")
+    except ValueError as exc:
+        # A second worker in one process (tests) would register the same names twice.
+        log.info("faust sensor already registered in this process: %s", exc)
+        return False
+    app._gridledger_sensor = True
+    return True
+
+
+# --------------------------------------------------------------------------- agent
+
+
+def agent_endpoints(settings: Settings, agent: Any) -> OpsEndpoints:
+    """Agent: broker, Docker daemon, its commands consumer positioned, lag, spool depth."""
+    ctx = agent.ctx
+
+    def commands() -> tuple[bool, str]:
+        if agent.commands_ready.is_set() and getattr(agent, "commands_consumer", None):
+            return True, f"reading node-commands for {ctx.node_id}"
+        return False, f"node-commands consumer of {ctx.node_id} not positioned (broker away?)"
+
+    lag = _lag(settings, lambda: getattr(agent, "commands_consumer", None))
+    checks: list[Check] = [
+        kafka_check(settings, ("node-commands", "job-events", "heartbeats", "log-chunks")),
+        DockerCheck(ctx.runtime.client.ping),
+        StateCheck("commands", commands),
+        lag,
+    ]
+
+    async def spool() -> None:
+        for name, lane in ctx.spool.lanes.items():
+            metrics.SPOOL_DEPTH.labels(lane=name).set(pending_bytes(lane.segments))
+
+    return OpsEndpoints(f"agent-{ctx.node_id}", checks, [spool, _probe_hook(lag)])
+
+
+def pending_bytes(segments: Any) -> int:
+    """Bytes between the acknowledged position and the end of a spool lane's segment log."""
+    (acked_seg, acked_off), (end_seg, end_off) = segments.acked, segments.end
+    if (acked_seg, acked_off) >= (end_seg, end_off):
+        return 0
+    if acked_seg == end_seg:
+        return int(end_off - acked_off)
+    total = 0
+    for number in range(acked_seg, end_seg + 1):
+        path = segments._segment(number)
+        size = path.stat().st_size if path.exists() else 0
+        if number == acked_seg:
+            size -= acked_off
+        elif number == end_seg:
+            size = end_off
+        total += max(0, size)
+    return total
+
+
+def _probe_hook(check: Check) -> Any:
+    async def hook() -> None:
+        await check.probe()
+
+    return hook
