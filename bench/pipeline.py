@@ -21,10 +21,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.common import Result, isolated, peak_rss_mb, summary, target
 from bench.load import Encoded, encode, histories
-from infra.services import LocalServices, ServiceSpec
+from infra.services import ServiceSpec
 from schemas import codec
 from schemas.views import AccountingRecord, JobView
 from services.ledger import Ledger
+from services.ops.supervisor import Supervisor
 from services.settings import Settings
 
 SLICE_S = 0.01
@@ -91,7 +92,7 @@ async def watch(
 async def through_processors(
     settings: Settings, records: list[Encoded], warm: list[Encoded], rate: float, result: Result
 ) -> dict[str, Any]:
-    services = LocalServices(settings, log_dir=settings.home / "bench" / settings.pg_schema)
+    services = Supervisor(settings, log_dir=settings.home / "bench" / settings.pg_schema)
     services.start(ServiceSpec("processors", ["processors"]))
     try:
         async with Ledger(settings, "bench-pipeline") as ledger:
@@ -115,7 +116,7 @@ async def through_processors(
                 await asyncio.sleep(0.05)
             stop.set()
             await watcher
-        result.peak_rss_mb["processors"] = peak_rss_mb(services.running["processors"].process.pid)
+        result.peak_rss_mb["processors"] = peak_rss_mb(services.children["processors"].pids[-1])
     finally:
         services.stop()
     done = [j for j in timed if j in seen]

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import peak_rss_mb
-from infra.services import LOCAL_AGENT_ENV, LocalServices, ServiceSpec
+from infra.services import LOCAL_AGENT_ENV, ServiceSpec
 from schemas.errors import GridledgerError
 from services.cli.client import ApiClient, base_url, resolve_token
+from services.ops.supervisor import Supervisor
 from services.settings import Settings
 
 
@@ -29,7 +30,7 @@ class BenchStack:
         self.settings = settings
         self.node_id = node_id
         self.workdir = settings.home / "bench" / settings.pg_schema
-        self.services = LocalServices(settings, log_dir=self.workdir / "logs")
+        self.services = Supervisor(settings, log_dir=self.workdir / "logs")
         self.api: ApiClient | None = None
 
     def start(self) -> BenchStack:
@@ -94,7 +95,7 @@ class BenchStack:
         return str(self.client.post("/v1/jobs", json.dumps(spec).encode())["job_id"])
 
     def rss(self) -> dict[str, float | None]:
-        return {name: peak_rss_mb(svc.process.pid) for name, svc in self.services.running.items()}
+        return {name: peak_rss_mb(svc.pids[-1]) for name, svc in self.services.children.items()}
 
     def stop(self) -> None:
         self.services.stop()

@@ -60,6 +60,7 @@ from services.agent.runtime import (
     Stats,
     container_name,
 )
+from services.ops.logs import bind_context
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,8 @@ class AttemptRunner:
         await self._stop_tasks()
 
     async def run(self) -> None:
+        # This runner is its own task: every line it logs names the job and the attempt.
+        bind_context(job_id=self.record.job_id, attempt=self.record.attempt)
         try:
             await self._run()
         except asyncio.CancelledError:

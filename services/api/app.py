@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import secrets
 import socket
 from datetime import UTC, datetime
@@ -27,9 +28,12 @@ from services.api.logs import serve_logs
 from services.api.openapi import openapi_document
 from services.ledger.client import Ledger
 from services.ops.checks import close_checks
+from services.ops.logs import log_context
 from services.ops.server import OpsEndpoints, request_metrics
 from services.ops.wiring import api_endpoints
 from services.settings import Settings
+
+log = logging.getLogger(__name__)
 
 SETTINGS = web.AppKey("settings", Settings)
 LEDGER = web.AppKey("ledger", Ledger)
@@ -127,7 +131,9 @@ async def submit_job(request: web.Request) -> web.Response:
         submitter=request.headers.get("X-Gridledger-Submitter", tenant)[:200],
         spec=spec,
     )
-    await request.app[LEDGER].append(event)
+    with log_context(job_id=job_id, attempt=0, event_id=event.event_id):
+        await request.app[LEDGER].append(event)
+        log.info("recorded JobSubmitted from tenant %s", tenant)
     recorded = await _wait_recorded(request.app[POOL], job_id, settings.api_submit_visible_s)
     body = {
         "job_id": job_id,

@@ -22,6 +22,7 @@ from services.cli import dev as dev_cli
 from services.cli import jobs as jobs_cli
 from services.cli import logs as logs_cli
 from services.cli import nodes as nodes_cli
+from services.cli import ops as ops_cli
 from services.cli import processors as processors_cli
 from services.cli import replay as replay_cli
 from services.cli import scheduler as scheduler_cli
@@ -43,6 +44,7 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     replay_cli,
     bench_cli,
     simulate_cli,
+    ops_cli,
 )
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from infra import stack
-from infra.services import LOCAL_AGENT_ENV, LocalServices, ServiceSpec
+from infra.services import LOCAL_AGENT_ENV, ServiceSpec
 from schemas.errors import GridledgerError
 from schemas.views import TERMINAL_STATUSES
 from services.cli import render
@@ -33,6 +33,8 @@ from services.demo.scenarios import (
     NODE_LOST,
     DemoJob,
 )
+from services.ops.fleet import RestartPolicy
+from services.ops.supervisor import Supervisor, supervisor_alive
 from services.settings import Settings
 
 DEMO_TIMINGS = {
@@ -43,6 +45,8 @@ DEMO_TIMINGS = {
     "GRIDLEDGER_SCHEDULER_DISPATCH_TIMEOUT_S": "30",
 }
 AGENT_ENV = {**LOCAL_AGENT_ENV, "GRIDLEDGER_AGENT_ARTIFACT_FAIL_GLOB": FLAKY_STORE_GLOB}
+DEMO_RESTARTS = RestartPolicy(initial_backoff_s=0.5, max_backoff_s=5, give_up_after=3)
+"""A crashed service is restarted; one that keeps crashing fails the demo with its log."""
 
 
 @dataclass
@@ -66,7 +70,15 @@ class Demo:
         self.timeout_s = timeout_s
         self.run_id = uuid.uuid4().hex[:6]
         self.workdir = settings.home / "demo" / self.run_id
-        self.services = LocalServices(settings, log_dir=self.workdir / "logs")
+        # `gridledger health` reads <home>/run/fleet.json: the demo writes it unless a
+        # `gridledger run` of this home owns it.
+        state = settings.home / "run" / "fleet.json"
+        self.services = Supervisor(
+            settings,
+            log_dir=self.workdir / "logs",
+            policy=DEMO_RESTARTS,
+            state_file=None if supervisor_alive(state) else state,
+        )
         self.result = DemoResult()
         self.api: ApiClient | None = None
         self.started_at = datetime.now(UTC) - timedelta(seconds=1)
@@ -102,7 +114,7 @@ class Demo:
 
     def kill_node(self, node_id: str) -> None:
         """The node disappears: its agent dies and its containers with it."""
-        self.services.kill(f"agent-{node_id}", signal.SIGKILL)
+        self.services.kill(f"agent-{node_id}", signal.SIGKILL, restart=False)
         subprocess.run(
             f"docker ps -q --filter label=gridledger.node_id={node_id} | xargs -r docker rm -f",
             shell=True,
@@ -272,7 +284,8 @@ def main(settings: Settings, keep_running: bool = False) -> int:
     print(
         f"\nservices are running (logs in {demo.services.log_dir}); try\n"
         f"  gridledger explain {example}\n  gridledger history {result.ids.get('node-lost')}\n"
-        "  gridledger submit examples/hello.yaml --wait\nCtrl-C stops them."
+        "  gridledger submit examples/hello.yaml --wait\n  gridledger health\n"
+        "A crashed service is restarted; Ctrl-C stops them all."
     )
     try:
         while True:

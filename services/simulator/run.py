@@ -135,9 +135,10 @@ def run_with_services(
     settings: Settings, log_dir: Any, coro_factory: Callable[[Settings], Any]
 ) -> Any:
     """Start a scheduler and a processors worker on ``settings`` around ``coro_factory``."""
-    from infra.services import LocalServices, ServiceSpec
+    from infra.services import ServiceSpec
+    from services.ops.supervisor import Supervisor
 
-    services = LocalServices(settings, log_dir=log_dir)
+    services = Supervisor(settings, log_dir=log_dir)
     try:
         services.start(ServiceSpec("scheduler", ["scheduler"], SHORT_TIMINGS))
         services.start(ServiceSpec("processors", ["processors"], SHORT_TIMINGS))

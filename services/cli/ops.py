@@ -1,0 +1,66 @@
+"""``gridledger run`` and ``gridledger health``: the supervised local set and its health.
+
+The logic lives in :mod:`services.ops.run` and :mod:`services.ops.health`; this
+module only declares the commands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from services.cli.options import Output, output_options
+from services.settings import load_settings
+
+DEFAULT_FLEET = Path("deploy/fleet.yaml")
+
+
+@click.command("run", short_help="run sink, api, scheduler, processors and agents, supervised")
+@click.option(
+    "--fleet",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_FLEET,
+    show_default=True,
+    help="The fleet file: which services, with which flags.",
+)
+@click.option("--ready-timeout", type=float, default=120.0, show_default=True, metavar="S")
+def run(fleet: Path, ready_timeout: float) -> int:
+    """Run the services of a fleet file until Ctrl-C or SIGTERM.
+
+    A crashed service is restarted with capped exponential backoff; each
+    service's output goes to <home>/run/logs/<service>.log; `gridledger health`
+    shows the set. On Ctrl-C or SIGTERM every process it started is stopped
+    (SIGTERM, then SIGKILL after 10 s).
+    """
+    from services.ops.logs import setup_logging
+    from services.ops.run import run_fleet
+
+    settings = load_settings()
+    setup_logging("supervisor", "INFO", settings.log_format)
+    return run_fleet(settings, fleet, ready_timeout_s=ready_timeout)
+
+
+@click.command("health", short_help="each service's liveness, readiness, checks and lag")
+@click.option("--url", "urls", multiple=True, metavar="NAME=URL", help="Also ask this ops server.")
+@click.option(
+    "--state",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A supervisor's state file (default: <home>/run/fleet.json).",
+)
+@click.option("--timeout", type=float, default=3.0, show_default=True, metavar="S")
+@output_options
+def health(out: Output, urls: tuple[str, ...], state: Path | None, timeout: float) -> int:
+    """Ask every service's /healthz and /readyz; exit 1 if one is down or not ready.
+
+    The services come from the supervisor's state file (`gridledger run`,
+    `gridledger demo`) and from --url NAME=URL pairs.
+    """
+    from services.ops.health import NOT_READY_EXIT, render_report, report
+
+    data = report(load_settings().home, urls, timeout, state)
+    out.emit(data, render_report)
+    return 0 if data["ready"] else NOT_READY_EXIT
+
+
+COMMANDS = (run, health)

@@ -1,0 +1,83 @@
+"""``gridledger run``: the local deployment, supervised, from a fleet file.
+
+Starts every service the fleet file lists (on the stack ``gridledger dev up``
+started), waits until each one's ``/readyz`` says ready, prints the health
+table, then keeps them running — a crashed service is restarted with capped
+backoff — until SIGINT or SIGTERM, when it stops everything it started.
+Logs: ``<home>/run/logs/<service>.log``; state: ``<home>/run/fleet.json``.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+from infra.stack import probe
+from schemas.errors import GridledgerError, StackError
+from services.ops import health
+from services.ops.fleet import load_fleet
+from services.ops.supervisor import Supervisor, supervisor_alive
+from services.settings import Settings
+
+
+def run_fleet(
+    settings: Settings,
+    fleet_path: Path,
+    *,
+    ready_timeout_s: float = 120.0,
+    say: Callable[[str], None] = print,
+    stop: threading.Event | None = None,
+) -> int:
+    fleet = load_fleet(fleet_path)
+    specs = fleet.specs(fleet_path.resolve().parent)
+    state = health.state_file(settings.home)
+    owner = supervisor_alive(state)
+    if owner is not None:
+        raise GridledgerError(
+            f"another supervisor (pid {owner}) already runs the services of {settings.home} "
+            f"(see {state}); stop it first, or use another GRIDLEDGER_HOME"
+        )
+    problems = probe(settings)
+    if problems:
+        raise StackError(
+            "the local stack is not up (" + "; ".join(problems) + "); start it with "
+            "`gridledger dev up`"
+        )
+    stop = stop or threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {
+        sig: signal.signal(sig, on_signal)
+        for sig in (signal.SIGTERM, signal.SIGINT)
+        if threading.current_thread() is threading.main_thread()
+    }
+    supervisor = Supervisor(
+        settings, settings.home / "run" / "logs", policy=fleet.restart, state_file=state
+    )
+    try:
+        say(f"starting {len(specs)} service(s) from {fleet_path} (logs in {supervisor.log_dir})")
+        supervisor.start_all(specs)
+        try:
+            supervisor.wait_ready(timeout_s=ready_timeout_s)
+        except StackError as exc:
+            say(f"warning: {exc}")
+        targets, _ = health.targets_from_state(state)
+        say(health.render(health.collect(targets)))
+        say("supervising; `gridledger health` shows the set, Ctrl-C (SIGTERM) stops it")
+        seen = {c["name"]: c["restarts"] for c in supervisor.status()}
+        while not stop.wait(1.0):
+            for item in supervisor.status():
+                if item["restarts"] != seen.get(item["name"]):
+                    seen[item["name"]] = item["restarts"]
+                    say(f"{item['name']} restarted ({item['restarts']} so far; log {item['log']})")
+    finally:
+        say("stopping every service")
+        supervisor.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0

@@ -1,0 +1,117 @@
+"""/readyz answers ready only when the dependencies really answer (real broker, Postgres)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from services.ops.checks import Check, KafkaCheck, PostgresCheck
+from services.ops.logs import JsonFormatter, log_context
+from services.ops.server import OpsEndpoints, OpsServer
+from services.ops.supervisor import free_port
+from services.settings import Settings
+
+
+def closed_port() -> int:
+    """A port nothing listens on: bound, then released (nobody else binds it meanwhile)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest_asyncio.fixture
+async def serve() -> AsyncIterator[Any]:
+    servers: list[OpsServer] = []
+
+    async def start(checks: Sequence[Check]) -> str:
+        port = free_port()
+        server = await OpsServer(OpsEndpoints("test", checks), "127.0.0.1", port).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server in servers:
+        await server.stop()
+
+
+async def get(url: str) -> tuple[int, dict[str, Any]]:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.json()
+
+
+@pytest.mark.integration
+async def test_ready_when_broker_and_postgres_answer(settings: Settings, serve: Any) -> None:
+    base = await serve(
+        [
+            KafkaCheck(settings.kafka_bootstrap, [settings.topic("job-events")]),
+            PostgresCheck(dsn=settings.dsn),
+        ]  # fmt: skip
+    )
+    status, body = await get(f"{base}/readyz")
+    assert status == 200, body
+    checks = {c["name"]: c for c in body["checks"]}
+    assert body["ready"] is True
+    assert checks["kafka"]["ok"] and checks["kafka"]["brokers"] >= 1
+    assert checks["postgres"]["ok"]
+    status, alive = await get(f"{base}/healthz")
+    assert status == 200 and alive["alive"] is True
+
+
+@pytest.mark.integration
+async def test_503_naming_postgres_when_its_address_is_a_closed_port(
+    settings: Settings, serve: Any
+) -> None:
+    dead = settings.dsn.replace(f":{settings.pg_port}/", f":{closed_port()}/")
+    assert dead != settings.dsn
+    base = await serve([KafkaCheck(settings.kafka_bootstrap), PostgresCheck(dsn=dead)])
+    status, body = await get(f"{base}/readyz")
+    assert status == 503
+    checks = {c["name"]: c for c in body["checks"]}
+    assert body["ready"] is False
+    assert checks["kafka"]["ok"] is True  # the other dependency is still reported truly
+    assert checks["postgres"]["ok"] is False
+    assert (
+        "connect" in checks["postgres"]["detail"].lower()
+        or "refused" in checks["postgres"]["detail"].lower()
+    )
+
+
+@pytest.mark.integration
+async def test_503_naming_kafka_when_the_broker_is_a_closed_port(
+    settings: Settings, serve: Any
+) -> None:
+    base = await serve([KafkaCheck(f"127.0.0.1:{closed_port()}"), PostgresCheck(dsn=settings.dsn)])
+    status, body = await get(f"{base}/readyz")
+    assert status == 503
+    checks = {c["name"]: c for c in body["checks"]}
+    assert checks["kafka"]["ok"] is False and checks["kafka"]["detail"]
+    assert checks["postgres"]["ok"] is True
+
+
+@pytest.mark.integration
+async def test_a_missing_topic_is_not_ready(settings: Settings, serve: Any) -> None:
+    base = await serve([KafkaCheck(settings.kafka_bootstrap, ["no-such-topic.job-events"])])
+    status, body = await get(f"{base}/readyz")
+    assert status == 503
+    assert "no-such-topic.job-events" in body["checks"][0]["detail"]
+
+
+def test_json_log_lines_carry_job_attempt_and_event() -> None:
+    record = logging.LogRecord(
+        "gridledger.test", logging.INFO, __file__, 1, "hello %s", ("x",), None
+    )
+    with log_context(job_id="job-1", attempt=2):
+        line = json.loads(JsonFormatter("sink").format(record))
+    assert line["message"] == "hello x"
+    assert line["service"] == "sink"
+    assert (line["job_id"], line["attempt"]) == ("job-1", 2)
+    record.event_id = "ev-9"
+    line = json.loads(JsonFormatter("sink").format(record))
+    assert line["event_id"] == "ev-9" and "job_id" not in line  # the block ended
