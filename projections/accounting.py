@@ -13,7 +13,12 @@ An attempt declared lost (AttemptLost) is counted until its last heartbeat, the
 last moment the node showed it still held the GPUs; it falls back to the
 AttemptLost time when no heartbeat was ever seen. The attempt is platform
 attributed, so this only sizes the credit; a late ComputeReleased from the lost
-node changes nothing here (the view records it).
+node changes nothing here (the view records it) -- unless the late facts showed
+a clean success and the job ended on that attempt (docs/lifecycle.md, late
+facts): then the real facts apply, it is billed up to its real release like
+any success, and the retry it made unnecessary (``superseded``) is credited.
+A late clean success the job did not keep is never billed: another attempt
+redid the work.
 """
 
 from __future__ import annotations
@@ -24,16 +29,19 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
+from projections.evidence import late_verdict
 from projections.history import E, first, is_clean_success, is_job_event, unique
 from projections.job_state import project
 from schemas.events import (
     AttemptLost,
     AttemptScheduled,
+    AttemptSuperseded,
     ComputeHeld,
     ComputeReleased,
     Event,
     FailureClassified,
     JobSubmitted,
+    JobSucceeded,
     MeterTick,
 )
 from schemas.views import TERMINAL_STATUSES, AccountingRecord, AttemptAccounting, JobView
@@ -57,7 +65,7 @@ class AccountingPolicy(BaseModel):
         yet classified) counts as billable until its decision."""
         if outcome in ("succeeded", "pending"):
             return True
-        if outcome == "lost" or failure_class == "unknown":
+        if outcome in ("lost", "superseded") or failure_class == "unknown":
             return False
         return attribution == "user"
 
@@ -77,6 +85,12 @@ def _as_of(events: Sequence[Event]) -> datetime | None:
     return max((e.occurred_at for e in events), default=None)
 
 
+def _won_late(history: Sequence[Event], n: int) -> bool:
+    """Attempt ``n`` was given up on by the watchdog, then its own late facts showed a
+    clean success and the job ended on it (the late-facts rule of the decider)."""
+    return late_verdict(history, n) is not None and _first(history, JobSucceeded, n) is not None
+
+
 def _held(
     history: Sequence[Event], n: int, as_of: datetime | None
 ) -> tuple[datetime | None, datetime | None, str, int]:
@@ -86,13 +100,17 @@ def _held(
         return None, None, "", 0
     end: datetime | None = None
     source = "open"
+    # The real release counts for an attempt whose late success the job kept: it held the
+    # GPUs until then and the user gets its result. Otherwise a lost attempt ends at its
+    # last heartbeat, the last moment the platform saw it: a late release changes nothing.
+    real = _won_late(history, n)
     for e in history:  # whichever came first: the release or the declaration of loss
         if e.attempt != n:
             continue
         if isinstance(e, ComputeReleased):
             end, source = e.occurred_at, "released"
             break
-        if isinstance(e, AttemptLost):
+        if isinstance(e, AttemptLost) and not real:
             end, source = e.last_heartbeat_at or e.occurred_at, "lost"
             break
     until = end if end is not None else as_of
@@ -104,10 +122,14 @@ def _held(
 
 def _outcome(history: Sequence[Event], n: int, terminal: bool) -> tuple[str, str, str]:
     """(outcome, attribution, failure_class) of attempt ``n``."""
-    if is_clean_success(history, n):
+    # A late clean success of an attempt given up on is a success only if the job kept it;
+    # otherwise another attempt redid the work and only that one is billed.
+    if is_clean_success(history, n) and (late_verdict(history, n) is None or _won_late(history, n)):
         return "succeeded", "", ""
     classified = _first(history, FailureClassified, n)
     lost = _first(history, AttemptLost, n) is not None
+    if not lost and _first(history, AttemptSuperseded, n) is not None:
+        return "superseded", "platform", ""  # stopped because another attempt won
     if classified is not None:
         if classified.failure_class == "cancelled":
             outcome = "cancelled"

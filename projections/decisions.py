@@ -16,14 +16,18 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TypedDict
 
-from projections.evidence import ENDING_EVENTS, trigger_for
+from projections.evidence import ENDING_EVENTS, attempt_ended, late_verdict, trigger_for
 from projections.failures import Classification, classify
 from projections.history import first, is_clean_success, is_job_event, of_type, unique
 from projections.job_state import evolve, project
 from projections.retry import DEFAULT_POLICY, RetryPolicy, decide
 from schemas.events import (
+    AttemptLost,
+    AttemptScheduled,
+    AttemptSuperseded,
     CancelRequested,
     ComputeReleased,
+    DispatchTimedOut,
     Event,
     FailureClassified,
     JobCancelled,
@@ -33,6 +37,7 @@ from schemas.events import (
     JobSucceededWithErrors,
     NoCapacity,
     RetryScheduled,
+    RetryWithdrawn,
     derived_event_id,
 )
 from schemas.views import TERMINAL_STATUSES, JobView
@@ -52,11 +57,13 @@ class _Envelope(TypedDict):
     causation_id: str
 
 
-def _envelope(cause: Event, processor: str) -> _Envelope:
+def _envelope(
+    cause: Event, processor: str, suffix: str = "", attempt: int | None = None
+) -> _Envelope:
     return _Envelope(
-        event_id=derived_event_id(cause.event_id, processor),
+        event_id=derived_event_id(cause.event_id, processor, suffix),
         job_id=cause.job_id,
-        attempt=cause.attempt,
+        attempt=cause.attempt if attempt is None else attempt,
         occurred_at=cause.occurred_at,
         producer=processor,
         causation_id=cause.event_id,
@@ -120,6 +127,83 @@ def classifier_step(
     ]
 
 
+def in_flight(history: Sequence[Event], attempt: int) -> bool:
+    """The attempt may still run on its node: it was placed, its node never released it,
+    and no dispatch timeout ended it (one declared lost may still run: its node may only
+    have been unheard)."""
+    return (
+        first(history, AttemptScheduled, attempt) is not None
+        and first(history, ComputeReleased, attempt) is None
+        and not attempt_ended(history, attempt, by=(DispatchTimedOut,))
+    )
+
+
+def _stop_others(history: Sequence[Event], cause: Event, keep: int | None, why: str) -> list[Event]:
+    """AttemptSuperseded for every attempt but ``keep`` that may still run when the job
+    ends, so no attempt runs on silently after another one's result was taken."""
+    out: list[Event] = []
+    for scheduled in of_type(history, AttemptScheduled):
+        n = scheduled.attempt
+        if n == keep or not in_flight(history, n) or first(history, AttemptSuperseded, n):
+            continue
+        lost = first(history, AttemptLost, n) is not None
+        state = "was declared lost" if lost else "still runs"
+        out.append(
+            AttemptSuperseded(
+                **_envelope(cause, DECIDER, f"supersede:{n}", attempt=n),
+                node_id=scheduled.node_id,
+                winner=keep if keep is not None else 0,
+                reason=f"attempt {n} on node {scheduled.node_id} {state}; {why}, so it is "
+                "stopped if it runs and its compute is credited",
+            )
+        )
+    return out
+
+
+def _ending(
+    history: Sequence[Event], terminal: Event, keep: int | None, why: str = ""
+) -> list[Event]:
+    """The terminal event, followed by the stops of the attempts it leaves running."""
+    if not why:
+        why = f"the job ended ({terminal.type}" + (
+            f" on attempt {keep})" if keep is not None else ")"
+        )
+    return [terminal, *_stop_others(history, terminal, keep, why)]
+
+
+def _late_release(history: Sequence[Event], event: ComputeReleased) -> list[Event]:
+    """Reconcile the late end of an attempt the watchdog already gave up on (the late
+    facts themselves are recorded by the folds as they are).
+
+    The rule: the earliest clean success wins. An attempt declared lost (or timed out
+    finishing) whose own facts then show a clean success (exit 0, every required output
+    stored, not stopped by gridledger) ends the job ``succeeded`` while it is not yet
+    terminal: a retry not yet placed is withdrawn (RetryWithdrawn) and a retry already
+    placed is stopped (AttemptSuperseded, routed to its node as a cancel). A late end
+    that is not a clean success changes nothing: the decision on the loss stands.
+    """
+    n = event.attempt
+    if late_verdict(history, n) is None or not is_clean_success(history, n):
+        return []
+    out: list[Event] = []
+    scheduled = {e.attempt for e in of_type(history, AttemptScheduled)}
+    retries = [r for r in of_type(history, RetryScheduled) if r.next_attempt not in scheduled]
+    for retry in retries[-1:]:
+        out.append(
+            RetryWithdrawn(
+                **_envelope(event, DECIDER, "withdraw", attempt=retry.attempt),
+                next_attempt=retry.next_attempt,
+                reason=f"attempt {n} was given up on, but its process exited 0 and stored "
+                f"its outputs after all: attempt {retry.next_attempt} is not needed",
+            )
+        )
+    why = (
+        f"attempt {n}, given up on by the watchdog, finished cleanly after all and its "
+        "result wins (the earliest clean success)"
+    )
+    return [*out, *_ending(history, JobSucceeded(**_envelope(event, DECIDER)), n, why)]
+
+
 def _decided(history: Sequence[Event], attempt: int) -> bool:
     return any(isinstance(e, RetryScheduled) and e.attempt == attempt for e in history)
 
@@ -145,17 +229,21 @@ def decider_step(
             return []  # compute may be held: the agent stops it, the classifier follows
         who = f" by {event.requested_by}" if event.requested_by else ""
         summary = f"Cancelled{who} while {view.status}; no compute was held, nothing is owed."
-        return [JobCancelled(**envelope, summary=summary)]
+        return _ending(history, JobCancelled(**envelope, summary=summary), None)
     if isinstance(event, ComputeReleased):
         n, trigger = event.attempt, trigger_for(history, event.attempt)
+        released = first(history, ComputeReleased, n)
+        if released is None or released.event_id != event.event_id:
+            return []  # a repeated release of the same attempt (another event id)
+        if trigger is not None and trigger.event_id != event.event_id:
+            return _late_release(history, event)
         if (
             n == view.attempt
             and trigger is not None
-            and trigger.event_id == event.event_id
             and first(history, FailureClassified, n) is None
             and is_clean_success(history, n)
         ):
-            return [JobSucceeded(**envelope)]
+            return _ending(history, JobSucceeded(**envelope), n)
         return []
     if not isinstance(event, FailureClassified):
         return []
@@ -179,13 +267,14 @@ def decider_step(
                 avoid_reason=d.avoid_reason,
             )
         ]
+    terminal: Event
     if d.terminal == "JobCancelled":
-        return [JobCancelled(**envelope, summary=c.summary)]
-    if d.terminal == "JobSucceededWithErrors":
+        terminal = JobCancelled(**envelope, summary=c.summary)
+    elif d.terminal == "JobSucceededWithErrors":
         summary = f"{c.summary} {d.reason[:1].upper()}{d.reason[1:]}."
-        return [JobSucceededWithErrors(**envelope, summary=summary)]
-    return [
-        JobFailed(
+        terminal = JobSucceededWithErrors(**envelope, summary=summary)
+    else:
+        terminal = JobFailed(
             **envelope,
             failure_class=c.failure_class,
             attribution=c.attribution,
@@ -193,7 +282,7 @@ def decider_step(
             advice=c.advice,
             reason=d.reason,
         )
-    ]
+    return _ending(history, terminal, event.attempt)
 
 
 def react(

@@ -189,6 +189,13 @@ def trigger_for(history: Sequence[Event], attempt: int) -> Event | None:
     return next(endings(history, attempt), None)
 
 
+def late_verdict(history: Sequence[Event], attempt: int) -> Event | None:
+    """The watchdog's verdict (AttemptLost or FinishingTimedOut) that ended ``attempt``
+    before its node released it, or None. Facts the node sends after it are late facts."""
+    verdict = trigger_for(history, attempt)
+    return verdict if isinstance(verdict, AttemptLost | FinishingTimedOut) else None
+
+
 def attempt_ended(history: Sequence[Event], attempt: int, by: tuple[type[Event], ...]) -> bool:
     """True once one of :func:`endings` of ``attempt`` is of a type in ``by``."""
     return any(isinstance(e, by) for e in endings(history, attempt))

@@ -21,6 +21,7 @@ from schemas.events import (
     AttemptLost,
     AttemptResponsive,
     AttemptScheduled,
+    AttemptSuperseded,
     AttemptUnresponsive,
     CancelRequested,
     CheckpointStored,
@@ -46,6 +47,7 @@ from schemas.events import (
     OutputStored,
     ProcessExited,
     RetryScheduled,
+    RetryWithdrawn,
 )
 from schemas.types import Evidence
 from schemas.views import TERMINAL_STATUSES, AttemptView, FailureInfo, JobView, OutputInfo
@@ -120,11 +122,26 @@ def _update_attempt(view: JobView, event: Event, **fields: Any) -> JobView:
     if current is None:
         view = _anomaly(view, event, f"attempt {event.attempt} was never scheduled")
         current = AttemptView(attempt=event.attempt)
+    if current.lost_at is not None and "status" in fields:
+        # A late fact of an attempt declared lost is recorded as it is (exit code, release
+        # time ...), but the attempt stays lost: the verdict was acted on.
+        fields["status"] = "lost"
+    elif current.status == "superseded" and "status" in fields:
+        fields["status"] = "superseded"  # stopped because another attempt won
     return _put_attempt(view, current.model_copy(update=fields))
 
 
 def _advance(view: JobView, event: Event, status: str) -> JobView:
-    """Move the job forward to ``status`` on a fact of its current attempt."""
+    """Move the job forward to ``status`` on a fact of its current attempt.
+
+    A fact of an attempt already declared lost never moves the job: the decision on the
+    loss (a retry) stands until the decider reconciles the late facts (RetryWithdrawn,
+    AttemptSuperseded); without this a late ProcessExited put a retrying job back in
+    ``finishing`` where nothing ends it.
+    """
+    late = _get_attempt(view, event.attempt)
+    if late is not None and late.lost_at is not None:
+        return view
     if event.attempt != view.attempt:
         if event.attempt > view.attempt:
             return _anomaly(view, event, f"the current attempt is {view.attempt}")
@@ -467,6 +484,18 @@ def _(event: RetryScheduled, view: JobView) -> JobView:
         deadline=None,
         status_before_lost_contact="",
     )
+
+
+@_apply.register
+def _(event: RetryWithdrawn, view: JobView) -> JobView:
+    # The lost attempt finished cleanly after all; its success follows at once.
+    return _set_status(view, event, "finishing", next_attempt_not_before=None, reason=event.reason)
+
+
+@_apply.register
+def _(event: AttemptSuperseded, view: JobView) -> JobView:
+    # A decision about an attempt that lost to another one; the agent's facts follow.
+    return _update_attempt(view, event, status="superseded")
 
 
 @_apply.register

@@ -335,6 +335,25 @@ class RetryScheduled(Event):
     """Why those are avoided, naming the failed node and its provider ('' when nothing is)."""
 
 
+class RetryWithdrawn(Event):
+    """A retry ordered after attempt ``attempt`` was declared lost is called off: the
+    attempt's own late facts show it finished cleanly, so its result stands."""
+
+    next_attempt: int
+    """The attempt the withdrawn RetryScheduled would have started."""
+    reason: str = ""
+
+
+class AttemptSuperseded(Event):
+    """Attempt ``attempt`` must stop: another attempt's result won (``winner``). The
+    dispatch processor routes it to ``node_id`` as a cancel; its compute is credited."""
+
+    node_id: str
+    winner: int
+    """The attempt whose result the job keeps."""
+    reason: str = ""
+
+
 class JobSucceeded(Event):
     pass
 
@@ -453,6 +472,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         AttemptCancelled,
         FailureClassified,
         RetryScheduled,
+        RetryWithdrawn,
+        AttemptSuperseded,
         JobSucceeded,
         JobSucceededWithErrors,
         JobFailed,

@@ -65,7 +65,8 @@ class OutputInfo(Record):
 class AttemptView(Record):
     attempt: int
     status: str = "scheduled"
-    """scheduled, starting, running, finishing, lost, ended (released or never accepted)."""
+    """scheduled, starting, running, finishing, lost, ended (released or never accepted),
+    superseded (stopped because another attempt's result won)."""
     node_id: str = ""
     provider: str = ""
     region: str = ""
@@ -164,7 +165,8 @@ class AttemptAccounting(Record):
     """released (ComputeReleased), lost (AttemptLost: held until the last heartbeat),
     open (still held: counted up to the latest event) or empty when never held."""
     outcome: str = ""
-    """succeeded, failed, cancelled, lost, pending (no decision yet) or not_held."""
+    """succeeded, failed, cancelled, lost, superseded (stopped because another attempt
+    won; credited), pending (no decision yet) or not_held."""
     attribution: str = ""
     failure_class: str = ""
     billable_gpu_seconds: float = 0.0

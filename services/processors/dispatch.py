@@ -1,7 +1,8 @@
 """Which job-events go to a node, as a pure function (the dispatch processor carries it out).
 
 ``AttemptScheduled`` is copied as it is; ``CancelRequested`` is copied with the
-node of the job's current attempt filled in (and a derived id). An attempt
+node of the job's current attempt filled in (and a derived id);
+``AttemptSuperseded`` becomes a CancelRequested for that attempt on its node. An attempt
 the log already shows as accepted or ended, or whose dispatch deadline has
 passed, is not sent again: after a restart the processor re-reads old
 scheduling decisions and must not make a node start finished work.
@@ -19,6 +20,7 @@ from schemas.events import (
     AttemptAccepted,
     AttemptLost,
     AttemptScheduled,
+    AttemptSuperseded,
     CancelRequested,
     ComputeReleased,
     DispatchTimedOut,
@@ -61,6 +63,22 @@ def commands_for(
             # The job was cancelled before it was placed: the node must not run it either.
             out.append(_routed(cancel, event))
         return out
+    if isinstance(event, AttemptSuperseded):
+        # Another attempt's result won: the node stops this one the way it stops a cancel.
+        # Sent even after the job ended (that is when it is decided) and to a node declared
+        # lost (it may only have been unheard); a node not running it ignores it.
+        stop = CancelRequested(
+            event_id=derived_event_id(event.event_id, PROCESSOR, str(event.attempt)),
+            job_id=event.job_id,
+            attempt=event.attempt,
+            occurred_at=event.occurred_at,
+            producer=PROCESSOR,
+            causation_id=event.event_id,
+            requested_by="gridledger",
+            reason=f"superseded: {event.reason}",
+            node_id=event.node_id,
+        )
+        return [stop]
     if isinstance(event, CancelRequested) and not event.node_id:
         scheduled = [e for e in prefix if isinstance(e, AttemptScheduled)]
         if not scheduled:

@@ -33,6 +33,7 @@ from schemas.errors import EventDecodeError, LedgerError
 from schemas.events import (
     AttemptHeartbeat,
     AttemptScheduled,
+    AttemptSuperseded,
     CancelRequested,
     Event,
     MeterTick,
@@ -211,7 +212,7 @@ class Step:
     # ----------------------------------------------------------------------- processors
 
     def _on_dispatch(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
-        if not isinstance(event, AttemptScheduled | CancelRequested):
+        if not isinstance(event, AttemptScheduled | CancelRequested | AttemptSuperseded):
             return  # nothing else goes to a node
         job = self.store.log(job_id)
         for command in dispatch.commands_for(job.prefix(offset), job.events, event, utcnow()):

@@ -18,6 +18,8 @@ DECISION_TYPES = frozenset(
     {
         "FailureClassified",
         "RetryScheduled",
+        "RetryWithdrawn",
+        "AttemptSuperseded",
         "JobSucceeded",
         "JobSucceededWithErrors",
         "JobFailed",

@@ -7,10 +7,12 @@ from datetime import UTC, datetime, timedelta
 from schemas.events import (
     AttemptAccepted,
     AttemptScheduled,
+    AttemptSuperseded,
     CancelRequested,
     ComputeReleased,
     DispatchTimedOut,
     JobSubmitted,
+    JobSucceeded,
 )
 from schemas.spec import JobSpec
 from services.processors.dispatch import commands_for
@@ -73,3 +75,17 @@ def test_a_cancel_still_reaches_a_node_whose_dispatch_timeout_was_stale() -> Non
     assert routed.node_id == "n1"
     timed_out_first = [SUB, a1, stale, cancel]
     assert commands_for(timed_out_first, timed_out_first, cancel, T0) == []
+
+
+def test_a_superseded_attempt_is_cancelled_on_its_node_even_after_the_job_ended() -> None:
+    a1, a2 = sched(1, "n1"), sched(2, "n2")
+    done = JobSucceeded(job_id="j", attempt=1, occurred_at=T0)
+    stop = AttemptSuperseded(
+        job_id="j", attempt=2, occurred_at=T0, node_id="n2", winner=1, reason="attempt 1 won"
+    )
+    history = [SUB, a1, a2, done, stop]
+    (routed,) = commands_for(history, history, stop, T0)
+    assert isinstance(routed, CancelRequested)
+    assert (routed.attempt, routed.node_id, routed.causation_id) == (2, "n2", stop.event_id)
+    assert routed.reason == "superseded: attempt 1 won"
+    assert commands_for(history, history, stop, T0)[0].event_id == routed.event_id

@@ -355,6 +355,29 @@ class JobHistory:
         self._heartbeats_on = False
         return self
 
+    def unheard_node_returns(self) -> JobHistory:
+        """The node declared lost was only unheard (a broker outage): it held the GPUs all
+        along, and its spooled facts and meter ticks now arrive."""
+        self._holding = self._node_alive = self._heartbeats_on = True
+        self._last_heartbeat = self.now
+        return self
+
+    def late(self, attempt: int, node: str) -> JobHistory:
+        """Emit the following agent facts for an earlier ``attempt`` on ``node`` (its spool
+        delivering after a verdict); :meth:`current` switches back."""
+        self._current = (self.attempt, self.node, self._holding, self._ticked_until)
+        self._current_ticks = self._tick_index
+        earlier = [t for t in self.ticks if t.attempt == attempt]
+        self.attempt, self.node, self._holding = attempt, node, True
+        self._ticked_until = earlier[-1].occurred_at if earlier else self.now
+        self._tick_index = len(earlier)
+        return self
+
+    def current(self) -> JobHistory:
+        self.attempt, self.node, self._holding, self._ticked_until = self._current
+        self._tick_index = self._current_ticks
+        return self
+
     def heartbeats_resume(self) -> JobHistory:
         self._heartbeats_on = True
         self._last_heartbeat = self.now

@@ -198,6 +198,58 @@ def retry_no_capacity() -> JobHistory:
     return h
 
 
+def _unheard_then_lost(h: JobHistory) -> RetryScheduled:
+    """A broker outage: the node runs on, unheard; the watchdog declares it lost."""
+    h.heartbeats_pause()
+    h.wait(45).unresponsive()
+    h.wait(60).lost()
+    retry = h.events[-1]
+    assert isinstance(retry, RetryScheduled), retry
+    return retry
+
+
+def late_success_withdraws_the_retry() -> JobHistory:
+    """Declared lost during a broker outage, the attempt's spool then delivers its true end
+    (exit 0, outputs stored, released) before the retry is placed: the retry is withdrawn
+    and the job succeeds, billed up to the real release."""
+    h = _ran(JobHistory(), 120)
+    _unheard_then_lost(h)
+    h.wait(3).unheard_node_returns()
+    _succeed(h)
+    return h
+
+
+def late_success_supersedes_the_running_retry() -> JobHistory:
+    """Declared lost during a broker outage; the retry already runs on another node when the
+    lost attempt's clean end arrives. The earliest clean success wins: the job succeeds on
+    attempt 1, attempt 2 is superseded (its node stops it) and credited."""
+    h = _ran(JobHistory(), 120)
+    retry = _unheard_then_lost(h)
+    h.wait(retry.delay_s).queue()
+    h.wait(2).start(node="node-b", provider="gcp", resume_from=retry.resume_from)
+    h.wait(20).late(1, "node-a")
+    _succeed(h)
+    h.current().wait(2).attempt_cancelled()
+    h.exit(143, ("received SIGTERM, stopping",), signal=15)
+    h.wait(1).release("cancelled")
+    return h
+
+
+def late_failure_keeps_the_retry() -> JobHistory:
+    """Declared lost; its late end is a failure (exit 1) after the retry was ordered: the
+    decision on the loss stands, the late exit is recorded, the retry succeeds; the lost
+    attempt is credited up to its last heartbeat, the retry billed."""
+    h = _ran(JobHistory(), 120)
+    retry = _unheard_then_lost(h)
+    h.wait(1).late(1, "node-a")
+    h.exit(1, ("RuntimeError: boom",))
+    h.wait(1).release()
+    h.current().wait(retry.delay_s).queue()
+    h.wait(2).start(node="node-b", provider="gcp", resume_from=retry.resume_from)
+    h.wait(100)
+    return _succeed(h)
+
+
 def upload_failed() -> JobHistory:
     h = _ran(JobHistory())
     h.exit(0, ("saved model.pt",))
@@ -273,6 +325,9 @@ SCENARIOS: dict[str, Callable[[], JobHistory]] = {
         capacity_unavailable,
         node_lost_then_resume,
         retry_no_capacity,
+        late_success_withdraws_the_retry,
+        late_success_supersedes_the_running_retry,
+        late_failure_keeps_the_retry,
         upload_failed,
         output_missing,
         cancel_while_queued,

@@ -10,6 +10,8 @@ from projections.accounting import POLICY_VERSION, account
 from projections.decisions import verify
 from projections.job_state import project
 from schemas.events import (
+    AttemptLost,
+    AttemptSuperseded,
     Event,
     FailureClassified,
     JobCancelled,
@@ -17,6 +19,7 @@ from schemas.events import (
     JobSucceeded,
     JobSucceededWithErrors,
     RetryScheduled,
+    RetryWithdrawn,
 )
 from schemas.views import AccountingRecord, JobView
 from tests.projections import scenarios
@@ -232,6 +235,60 @@ def test_a_retry_without_capacity_says_it_was_the_retry_and_credits_the_lost_att
     (lost,) = record.attempts
     assert lost.outcome == "lost" and lost.billable_gpu_seconds == 0.0
     assert record.billable_gpu_seconds == 0.0 and record.final
+
+
+def test_a_late_clean_end_before_the_retry_is_placed_withdraws_it_and_succeeds() -> None:
+    h = scenarios.late_success_withdraws_the_retry()
+    view, record = outcome(h)
+    assert [e.type for e in h.events if e.producer == "retry-decider"] == [
+        "RetryScheduled",
+        "RetryWithdrawn",
+        "JobSucceeded",
+    ]
+    withdrawn = only(h, RetryWithdrawn)
+    assert isinstance(withdrawn, RetryWithdrawn) and withdrawn.next_attempt == 2
+    assert "exited 0 and stored its outputs after all" in withdrawn.reason
+    assert view.status == "succeeded" and view.failure is None
+    (a,) = record.attempts
+    # The real facts apply: billed up to the real release, which the meter confirms.
+    release = [e for e in h.events if e.type == "ComputeReleased"][-1]
+    assert a.outcome == "succeeded" and a.released_at == release.occurred_at
+    assert a.billable_gpu_seconds == a.gpu_seconds == a.metered_gpu_seconds == 235.0
+    assert a.credited_gpu_seconds == 0.0 and record.reconciled and record.final
+
+
+def test_a_late_clean_end_while_the_retry_runs_wins_and_supersedes_the_retry() -> None:
+    h = scenarios.late_success_supersedes_the_running_retry()
+    view, record = outcome(h)
+    succeeded = only(h, JobSucceeded)
+    superseded = only(h, AttemptSuperseded)
+    assert isinstance(superseded, AttemptSuperseded)
+    assert (succeeded.attempt, superseded.attempt, superseded.winner) == (1, 2, 1)
+    assert superseded.node_id == "node-b" and "earliest clean success" in superseded.reason
+    assert derived(h, RetryWithdrawn) == []  # the retry had started: it is stopped instead
+    assert view.status == "succeeded"
+    assert [a.status for a in view.attempts] == ["lost", "superseded"]
+    first, second = record.attempts
+    assert first.outcome == "succeeded" and first.billable_gpu_seconds == first.gpu_seconds
+    assert second.outcome == "superseded" and second.attribution == "platform"
+    assert second.billable_gpu_seconds == 0.0 and second.credited_gpu_seconds == 30.0
+    assert record.billable_gpu_seconds == first.gpu_seconds  # billed once
+    assert record.final and record.reconciled
+
+
+def test_a_late_failure_keeps_the_retry_and_the_credit_ends_at_the_last_heartbeat() -> None:
+    h = scenarios.late_failure_keeps_the_retry()
+    view, record = outcome(h)
+    assert derived(h, RetryWithdrawn) == derived(h, AttemptSuperseded) == []
+    assert only(h, JobSucceeded).attempt == 2
+    assert view.status == "succeeded" and view.attempts[0].exit_code == 1  # recorded as it is
+    lost, retry = record.attempts
+    beat = next(e for e in h.events if isinstance(e, AttemptLost)).last_heartbeat_at
+    assert lost.outcome == "lost" and lost.released_at == beat
+    assert lost.credited_gpu_seconds == lost.gpu_seconds == 124.0
+    # The meter saw the attempt run on to its real release: the record says they differ.
+    assert lost.metered_gpu_seconds == 231.0 and not lost.reconciled
+    assert retry.outcome == "succeeded" and record.billable_gpu_seconds == retry.gpu_seconds
 
 
 def test_upload_failure_after_exit_0_succeeds_with_errors_and_is_credited() -> None:
