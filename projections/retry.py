@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from projections.bounds import backoff_s
 from projections.classes import CLASSES, FailureClass, Terminal
 from projections.classes import row as class_row
 from projections.evidence import number
@@ -163,8 +164,7 @@ def avoidance(row: FailureClass, node: str, provider: str) -> tuple[list[str], l
 def _retry(
     view: JobView, c: Classification, retry: RetrySpec, row: FailureClass, policy: RetryPolicy
 ) -> RetryDecision:
-    n = max(c.attempt, 1)
-    delay = min(retry.backoff_cap_s, retry.backoff_s * 2 ** (n - 1))
+    delay = backoff_s(retry, c.attempt)
     base_time = c.occurred_at or view.updated_at
     not_before = base_time + timedelta(seconds=delay) if base_time else None
     failed = next((a for a in view.attempts if a.attempt == c.attempt), None)
