@@ -33,6 +33,7 @@ from projections.evidence import late_verdict
 from projections.history import E, first, is_clean_success, is_job_event, unique
 from projections.job_state import project
 from schemas.events import (
+    TERMINAL_EVENTS,
     AttemptLost,
     AttemptScheduled,
     AttemptSuperseded,
@@ -65,7 +66,7 @@ class AccountingPolicy(BaseModel):
         yet classified) counts as billable until its decision."""
         if outcome in ("succeeded", "pending"):
             return True
-        if outcome in ("lost", "superseded") or failure_class == "unknown":
+        if outcome in ("lost", "superseded", "after_end") or failure_class == "unknown":
             return False
         return attribution == "user"
 
@@ -120,8 +121,14 @@ def _held(
     return held.occurred_at, end, source, held_us
 
 
-def _outcome(history: Sequence[Event], n: int, terminal: bool) -> tuple[str, str, str]:
+def _outcome(
+    history: Sequence[Event], n: int, terminal: bool, after_end: bool = False
+) -> tuple[str, str, str]:
     """(outcome, attribution, failure_class) of attempt ``n``."""
+    if after_end:
+        # Placed after the job had ended (a cancel while queued raced the placement): the
+        # user asked for nothing more, so whatever it did is the platform's.
+        return "after_end", "platform", ""
     # A late clean success of an attempt given up on is a success only if the job kept it;
     # otherwise another attempt redid the work and only that one is billed.
     if is_clean_success(history, n) and (late_verdict(history, n) is None or _won_late(history, n)):
@@ -150,6 +157,7 @@ def _attempt(
     terminal: bool,
     as_of: datetime | None,
     policy: AccountingPolicy,
+    after_end: bool = False,
 ) -> tuple[AttemptAccounting, int, int, int]:
     held = _first(history, ComputeHeld, n)
     scheduled = _first(history, AttemptScheduled, n)
@@ -157,7 +165,7 @@ def _attempt(
     gpu_count = held.gpu_count if held else 0
     gpu_us = held_us * gpu_count
     outcome, attribution, failure_class = (
-        _outcome(history, n, terminal) if held else ("not_held", "", "")
+        _outcome(history, n, terminal, after_end) if held else ("not_held", "", "")
     )
     billable = policy.billable(outcome, attribution, failure_class)
     by_index: dict[int, MeterTick] = {}
@@ -249,12 +257,21 @@ def account(
     for t in all_ticks:
         ticks_of.setdefault(t.attempt, []).append(t)
     submitted = first(events, JobSubmitted)
+    ended = next((i for i, e in enumerate(events) if isinstance(e, TERMINAL_EVENTS)), None)
+    placed_after_end = {
+        e.attempt
+        for e in (events[ended + 1 :] if ended is not None else [])
+        if isinstance(e, AttemptScheduled)
+    }
     attempts: list[AttemptAccounting] = []
     held_us = gpu_us = billable_us = credited_us = 0
     for n in numbers:
         own = by_attempt.get(n, [])
         scope = own if submitted is None or submitted.attempt == n else [submitted, *own]
-        record, h, b, c = _attempt(scope, ticks_of.get(n, []), n, terminal, as_of, policy)
+        after_end = n in placed_after_end
+        record, h, b, c = _attempt(
+            scope, ticks_of.get(n, []), n, terminal, as_of, policy, after_end
+        )
         attempts.append(record)
         held_us, billable_us, credited_us = held_us + h, billable_us + b, credited_us + c
         gpu_us += b + c

@@ -166,7 +166,8 @@ class AttemptAccounting(Record):
     open (still held: counted up to the latest event) or empty when never held."""
     outcome: str = ""
     """succeeded, failed, cancelled, lost, superseded (stopped because another attempt
-    won; credited), pending (no decision yet) or not_held."""
+    won; credited), after_end (placed after the job had ended; credited), pending (no
+    decision yet) or not_held."""
     attribution: str = ""
     failure_class: str = ""
     billable_gpu_seconds: float = 0.0
