@@ -47,8 +47,8 @@ class Mutation:
 MUTATIONS: tuple[Mutation, ...] = (
     # ---- the five billing rules of the lifecycle
     Mutation("ticks-by-event-id", "projections/accounting.py",
-             "by_index.setdefault(tick.tick_index, tick)",
-             "by_index.setdefault(len(by_index), tick)",
+             "metered = math.fsum(t.gpu_seconds for t in by_index.values())",
+             "metered = math.fsum(t.gpu_seconds for t in ticks if t.attempt == n)",
              "meter ticks count once per (attempt, tick index), not once per event id"),
     Mutation("shutdown-exit-0-is-success", "projections/history.py",
              'released.reason not in ("cancelled", "agent_shutdown")',
