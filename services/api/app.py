@@ -9,7 +9,6 @@ that does not exist.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import secrets
@@ -21,9 +20,9 @@ import asyncpg
 from aiohttp import web
 from pydantic import ValidationError
 
-from schemas.events import CancelRequested, JobSubmitted, derived_event_id, new_event_id
+from schemas.events import CancelRequested, JobSubmitted, new_event_id
 from schemas.views import JOB_STATUSES, TERMINAL_STATUSES
-from services.api import auth, problems, queries
+from services.api import auth, errors, idempotency, problems, queries
 from services.api.logs import serve_logs
 from services.api.openapi import openapi_document
 from services.ledger.client import Ledger
@@ -32,6 +31,7 @@ from services.ops.logs import log_context
 from services.ops.server import OpsEndpoints, request_metrics
 from services.ops.wiring import api_endpoints
 from services.settings import Settings
+from services.sink import db
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ SETTINGS = web.AppKey("settings", Settings)
 LEDGER = web.AppKey("ledger", Ledger)
 POOL = web.AppKey("pool", asyncpg.Pool)
 PRODUCER = web.AppKey("producer", str)
+SUBMISSIONS = web.AppKey("submissions", idempotency.Submissions)
 
 
 def new_job_id() -> str:
@@ -101,48 +102,91 @@ async def submit_job(request: web.Request) -> web.Response:
         return problem_response(422, problems.problems_of(exc), "invalid_spec")
 
     tenant = _tenant(request)
-    job_id, event_id = new_job_id(), new_event_id()
     key = request.headers.get("Idempotency-Key", "").strip()
-    if key:
-        # A retried POST (same tenant, same key) names the same job and the same event,
-        # so the ledger's folds and the sink drop the repeat.
-        job_id = "job-" + hashlib.sha256(f"{tenant}\0{key}".encode()).hexdigest()[:12]
-        event_id = derived_event_id(f"{tenant}:{key}", "api-submit")
-        existing = await queries.job_row(request.app[POOL], tenant, job_id)
-        if existing is not None:
-            if json.loads(existing["view"]).get("spec") != spec.model_dump(mode="json"):
-                return web.json_response(
-                    {
-                        "error": "idempotency_key_reused",
-                        "detail": f"Idempotency-Key {key!r} was used for {job_id} with another "
-                        "spec; use a new key for a new job",
-                    },
-                    status=409,
-                )
-            body = {"job_id": job_id, "status": existing["status"], "recorded": True}
-            return web.json_response({**body, "links": queries.links(job_id)}, status=200)
-    event = JobSubmitted(
-        event_id=event_id,
-        job_id=job_id,
-        attempt=0,
-        occurred_at=datetime.now(UTC),
-        producer=request.app[PRODUCER],
-        tenant=tenant,
-        submitter=request.headers.get("X-Gridledger-Submitter", tenant)[:200],
-        spec=spec,
-    )
-    with log_context(job_id=job_id, attempt=0, event_id=event.event_id):
+
+    def submitted(job_id: str, event_id: str) -> JobSubmitted:
+        return JobSubmitted(
+            event_id=event_id,
+            job_id=job_id,
+            attempt=0,
+            occurred_at=datetime.now(UTC),
+            producer=request.app[PRODUCER],
+            tenant=tenant,
+            submitter=request.headers.get("X-Gridledger-Submitter", tenant)[:200],
+            spec=spec,
+        )
+
+    if not key:
+        event = submitted(new_job_id(), new_event_id())
+        await _record(request, event)
+        return await _accepted(request, event.job_id, event.event_id)
+
+    # One key, one job (services/api/idempotency.py has the rule).
+    job_id, event_id = idempotency.job_id_for(tenant, key), idempotency.event_id_for(tenant, key)
+    digest = idempotency.spec_digest(spec)
+
+    async def lookup() -> idempotency.Known | None:
+        try:
+            row = await queries.job_row(request.app[POOL], tenant, job_id)
+        except Exception as exc:
+            if not db.postgres_unavailable(exc):
+                raise
+            return None  # Postgres away: the ids derived from the key still make it one job
+        if row is None:
+            return None
+        return idempotency.Known(idempotency.spec_digest(json.loads(row["view"])["spec"]))
+
+    async def append() -> idempotency.Known:
+        await _record(request, submitted(job_id, event_id))
+        return idempotency.Known(digest)
+
+    known, appended = await request.app[SUBMISSIONS].once(tenant, key, lookup, append)
+    if known.digest != digest:
+        return web.json_response(
+            {
+                "error": "idempotency_key_reused",
+                "detail": f"Idempotency-Key {key!r} was used for {job_id} with another "
+                "spec; use a new key for a new job",
+            },
+            status=409,
+        )
+    if appended:
+        return await _accepted(request, job_id, event_id)
+    status = await _status_if_known(request.app[POOL], job_id)
+    body = {"job_id": job_id, "status": status or "submitted", "recorded": status is not None}
+    return web.json_response({**body, "links": queries.links(job_id)}, status=200)
+
+
+async def _record(request: web.Request, event: JobSubmitted) -> None:
+    """Append the submission; it is recorded once the broker acknowledged it."""
+    with log_context(job_id=event.job_id, attempt=0, event_id=event.event_id):
         await request.app[LEDGER].append(event)
-        log.info("recorded JobSubmitted from tenant %s", tenant)
-    recorded = await _wait_recorded(request.app[POOL], job_id, settings.api_submit_visible_s)
+        log.info("recorded JobSubmitted from tenant %s", event.tenant)
+
+
+async def _accepted(request: web.Request, job_id: str, event_id: str) -> web.Response:
+    """202: the broker acknowledged the JobSubmitted; the job runs whatever Postgres does."""
+    recorded = await _wait_recorded(
+        request.app[POOL], job_id, request.app[SETTINGS].api_submit_visible_s
+    )
     body = {
         "job_id": job_id,
         "status": "submitted",
-        "event_id": event.event_id,
+        "event_id": event_id,
         "recorded": recorded,
         "links": queries.links(job_id),
     }
-    return web.json_response(body, status=201, headers={"Location": f"/v1/jobs/{job_id}"})
+    return web.json_response(body, status=202, headers={"Location": f"/v1/jobs/{job_id}"})
+
+
+async def _status_if_known(pool: asyncpg.Pool, job_id: str) -> str | None:
+    """The job's status in the read model; None when it is not there yet or Postgres is away."""
+    try:
+        return await queries.job_status(pool, job_id)
+    except Exception as exc:
+        if not db.postgres_unavailable(exc):
+            raise
+        return None
 
 
 def _too_large(size: int | None, limit: int) -> web.Response:
@@ -162,12 +206,21 @@ def _too_large(size: int | None, limit: int) -> web.Response:
 
 
 async def _wait_recorded(pool: asyncpg.Pool, job_id: str, timeout: float) -> bool:
-    """Give the sink a moment so an immediate GET finds the job (read-your-writes)."""
+    """Give the sink a moment so an immediate GET finds the job (read-your-writes).
+
+    False at once when Postgres is away: the job is on the ledger, which is all a
+    202 promises; ``recorded: false`` tells the client that status reads lag.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
-        if await queries.job_recorded(pool, job_id):
-            return True
+        try:
+            if await queries.job_recorded(pool, job_id):
+                return True
+        except Exception as exc:
+            if not db.postgres_unavailable(exc):
+                raise
+            return False
         if loop.time() >= deadline:
             return False
         await asyncio.sleep(0.05)
@@ -323,13 +376,16 @@ def build_app(
     """
     tokens = auth.Tokens(settings.tokens_path)
     app = web.Application(
-        middlewares=[request_metrics, auth.middleware(tokens)],
+        # Metrics outermost (they see every answer's status), then problem+json for any
+        # failure, auth included.
+        middlewares=[request_metrics, errors.middleware(settings, pool), auth.middleware(tokens)],
         client_max_size=settings.api_max_body_bytes,
     )
     app[SETTINGS] = settings
     app[LEDGER] = ledger
     app[POOL] = pool
     app[PRODUCER] = f"api/{socket.gethostname()}"
+    app[SUBMISSIONS] = idempotency.Submissions()
     app.router.add_post("/v1/jobs", submit_job)
     app.router.add_get("/v1/jobs", list_jobs)
     app.router.add_get("/v1/jobs/{job_id}", get_job)

@@ -70,7 +70,8 @@ def openapi_document() -> dict[str, Any]:
                             "in": "header",
                             "schema": {"type": "string"},
                             "description": "a retried submit with the same key returns the "
-                            "same job (200) instead of creating another",
+                            "same job (200) instead of creating another, even under concurrency "
+                            "and while Postgres is down",
                         }
                     ],
                     "requestBody": {
@@ -81,7 +82,16 @@ def openapi_document() -> dict[str, Any]:
                         },
                     },
                     "responses": {
-                        "201": {"description": "recorded on the ledger; body has job_id and links"},
+                        "202": {
+                            "description": "accepted: the broker acknowledged JobSubmitted; body "
+                            "has job_id, links and recorded (false while status reads lag)"
+                        },
+                        "200": {"description": "a repeat of an Idempotency-Key: the same job"},
+                        "409": {"description": "the Idempotency-Key was used with another spec"},
+                        "503": {
+                            "description": "application/problem+json with Retry-After: the "
+                            "broker did not take the write; nothing was recorded"
+                        },
                         "400": _PROBLEMS,
                         "401": {"description": "missing or unknown bearer token"},
                         "413": _PROBLEMS,

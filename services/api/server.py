@@ -16,11 +16,22 @@ from services.sink import db
 from services.sink.migrate import migrate_pool
 
 
+def api_ledger(settings: Settings) -> Ledger:
+    """The API's ledger: a write the broker cannot take fails within
+    ``api_append_timeout_s`` and is never sent later, so a 503 means nothing was recorded
+    (an idempotent producer would retry it for as long as the broker is away)."""
+    return Ledger(
+        settings, "api", idempotent=False, request_timeout_s=settings.api_append_timeout_s
+    )
+
+
 async def serve(settings: Settings) -> None:
-    pool = await db.create_pool(settings, max_size=10)
+    """Serve until SIGTERM/SIGINT. At start it waits for Postgres (the schema must be
+    migrated) and the broker; once up it rides out either going away (503s meanwhile)."""
+    pool = await db.create_pool(settings, max_size=10, wait=True)
     try:
-        await migrate_pool(pool, settings.pg_schema)
-        async with Ledger(settings, "api") as ledger:
+        await db.when_reachable(settings, lambda: migrate_pool(pool, settings.pg_schema))
+        async with await api_ledger(settings).start(wait=True) as ledger:
             ops = api_endpoints(settings, pool)
             runner = web.AppRunner(build_app(settings, ledger, pool, ops))
             await runner.setup()

@@ -34,7 +34,7 @@ async def submit(api: Api, body: str = SPEC_YAML, token: str | None = None) -> s
         data=body,
         headers={**api.auth(token or "tok-dev"), "Content-Type": "application/yaml"},
     )
-    assert response.status == 201, await response.text()
+    assert response.status == 202, await response.text()
     created = await response.json()
     assert created["job_id"].startswith("job-") and len(created["job_id"]) == 16
     assert response.headers["Location"] == f"/v1/jobs/{created['job_id']}"
@@ -176,7 +176,7 @@ async def test_a_retried_submit_with_the_same_idempotency_key_is_one_job(api: Ap
     headers = {**api.auth(), "Content-Type": "application/yaml", "Idempotency-Key": "k-1"}
     first = await api.client.post("/v1/jobs", data=SPEC_YAML, headers=headers)
     again = await api.client.post("/v1/jobs", data=SPEC_YAML, headers=headers)
-    assert first.status == 201 and again.status == 200
+    assert first.status == 202 and again.status == 200
     job_id = (await first.json())["job_id"]
     assert (await again.json())["job_id"] == job_id
     other = await api.client.post(
@@ -187,7 +187,7 @@ async def test_a_retried_submit_with_the_same_idempotency_key_is_one_job(api: Ap
     theirs = await api.client.post(
         "/v1/jobs", data=SPEC_YAML, headers={**headers, **api.auth(OTHER_TOKEN)}
     )
-    assert theirs.status == 201 and (await theirs.json())["job_id"] != job_id
+    assert theirs.status == 202 and (await theirs.json())["job_id"] != job_id
     assert len(await api.ledger.history(job_id)) == 1
 
 

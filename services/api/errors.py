@@ -1,0 +1,120 @@
+"""What the API answers when something fails: ``application/problem+json``, never a bare 500.
+
+Three kinds of failure, one middleware (the outermost, so it also covers auth):
+
+- the broker did not take a write (submit, cancel): **503** with ``Retry-After``.
+  The write's producer gives up within ``api_append_timeout_s`` and never sends
+  that record afterwards, so nothing was recorded; a retry with the same
+  ``Idempotency-Key`` is safe whatever happened;
+- Postgres (the read models) is away: **503** with ``Retry-After`` for the reads;
+  writes still go to the ledger, so a submission during the outage is accepted
+  and shows up once the sink catches up;
+- anything else is a bug: **500** with a ``correlation_id`` that is also in the
+  log line carrying the traceback, so a report can be matched to its cause.
+
+Bodies follow RFC 9457 (``type``, ``title``, ``status``, ``detail``) and keep the
+``error`` code the API's other error bodies carry.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from services.ledger.client import broker_unavailable
+from services.settings import Settings
+from services.sink import db
+
+log = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def problem(
+    status: int,
+    error: str,
+    title: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> web.Response:
+    """An RFC 9457 problem document with gridledger's ``error`` code."""
+    body = {
+        "type": f"/problems/{error}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "error": error,
+        **extra,
+    }
+    return web.json_response(body, status=status, headers=headers, content_type=PROBLEM_JSON)
+
+
+def ledger_unavailable(settings: Settings, exc: BaseException) -> web.Response:
+    retry = settings.api_retry_after_s
+    return problem(
+        503,
+        "ledger_unavailable",
+        "The ledger did not take the write",
+        f"Kafka at {settings.kafka_bootstrap} did not acknowledge it ({type(exc).__name__}); "
+        f"nothing was recorded. Retry in {retry} s; with an Idempotency-Key a retry can never "
+        "make a second job.",
+        headers={"Retry-After": str(retry)},
+        retry_after_s=retry,
+    )
+
+
+def read_models_unavailable(settings: Settings, exc: BaseException) -> web.Response:
+    retry = settings.api_retry_after_s
+    return problem(
+        503,
+        "read_models_unavailable",
+        "Job status is unavailable for now",
+        f"the read models (Postgres at {settings.dsn_redacted}) do not answer "
+        f"({type(exc).__name__}). Submissions are still accepted and recorded on the ledger; "
+        f"status shows them once Postgres is back. Retry in {retry} s.",
+        headers={"Retry-After": str(retry)},
+        retry_after_s=retry,
+    )
+
+
+def middleware(settings: Settings) -> Any:
+    """Turns every failure of a handler (or of a later middleware) into a problem document."""
+
+    @web.middleware
+    async def problems(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException:
+            raise  # a deliberate answer (404, 401, ...)
+        except Exception as exc:
+            if broker_unavailable(exc):
+                log.warning("%s %s: broker unavailable: %s", request.method, request.path, exc)
+                return ledger_unavailable(settings, exc)
+            if db.postgres_unavailable(exc):
+                log.warning("%s %s: Postgres unavailable: %s", request.method, request.path, exc)
+                return read_models_unavailable(settings, exc)
+            correlation_id = secrets.token_hex(8)
+            log.exception(
+                "%s %s failed unexpectedly (correlation id %s)",
+                request.method,
+                request.path,
+                correlation_id,
+            )
+            return problem(
+                500,
+                "internal_error",
+                "The API failed to answer",
+                f"an unexpected error ({type(exc).__name__}) stopped this request; nothing more "
+                f"is known to you. Report correlation id {correlation_id}: the API's log has "
+                "the cause under it.",
+                correlation_id=correlation_id,
+            )
+
+    return problems
