@@ -55,8 +55,12 @@ class BrokerUnavailableError(LedgerError):
 
 
 def broker_unavailable(exc: BaseException) -> bool:
-    """True for an error that means "the broker is not reachable now" (retry it)."""
-    return isinstance(exc, BrokerUnavailableError | KafkaError | OSError | TimeoutError)
+    """True for an error that means "the broker is not reachable now" (retry it).
+
+    Not a bare OSError: the ledger wraps the client's socket errors, and an OSError
+    that reaches a caller unwrapped may be Postgres's (the API tells the two apart).
+    """
+    return isinstance(exc, BrokerUnavailableError | KafkaError)
 
 
 def partition_for(key: str, partitions: int) -> int:
@@ -119,7 +123,10 @@ class Ledger:
 
     async def start(self, *, wait: bool = False) -> Ledger:
         """Start the producer. ``wait=True`` retries with backoff until the broker answers
-        (long-running services); otherwise an unreachable broker raises at once (CLI)."""
+        (long-running services); otherwise an unreachable broker raises at once (CLI).
+        Starting a started ledger changes nothing."""
+        if self._producer is not None:
+            return self
         if wait:
             await retrying(
                 self._start_producer,
