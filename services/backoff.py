@@ -143,7 +143,9 @@ class _IntoOutage(logging.Filter):
         message = record.getMessage()
         if not _CONNECTION_TROUBLE.search(message):
             return True
-        self.outage.down(message.splitlines()[0][:300])
+        error = record.exc_info[1] if record.exc_info else None
+        # The exception, when the record carries one, says more than the library's line.
+        self.outage.down(error if error is not None else message.splitlines()[0][:300])
         return False
 
 

@@ -9,7 +9,7 @@ from typing import TypeVar
 import asyncpg
 
 from schemas.errors import GridledgerError
-from services.backoff import outage_of, retrying
+from services.backoff import outage_of, retrying, route_client_logs
 from services.settings import Settings
 
 _T = TypeVar("_T")
@@ -55,8 +55,10 @@ def postgres_unavailable(exc: BaseException) -> bool:
         if isinstance(exc, _NOT_AN_OUTAGE):
             return False
         if isinstance(exc, asyncpg.InterfaceError):
-            # asyncpg's misuse errors share the class; only a closed connection is an outage.
-            return "closed" in str(exc)
+            # asyncpg's misuse errors share the class; only a lost connection is an outage:
+            # "connection is closed", or a pooled connection that the pool took back
+            # ("released back to the pool") because the server closed it under its holder.
+            return "closed" in str(exc) or "released back to the pool" in str(exc)
         if isinstance(exc, POSTGRES_UNAVAILABLE):
             return True
         exc = exc.__cause__  # type: ignore[assignment]
@@ -88,6 +90,9 @@ async def create_pool(
     database is a :class:`ReadModelError` at once: no retry would fix it.
     """
     schema = check_schema(schema or settings.pg_schema)
+    # The pool reconnects by itself and logs a traceback per failed try; the outage's
+    # two lines say it once.
+    route_client_logs("asyncpg", outage_of(f"Postgres at {settings.dsn_redacted}"))
 
     async def connect() -> asyncpg.Pool:
         try:
