@@ -18,13 +18,16 @@ Bodies follow RFC 9457 (``type``, ``title``, ``status``, ``detail``) and keep th
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import asyncpg
 from aiohttp import web
 
+from services.backoff import outage_of, retrying
 from services.ledger.client import broker_unavailable
 from services.settings import Settings
 from services.sink import db
@@ -84,8 +87,31 @@ def read_models_unavailable(settings: Settings, exc: BaseException) -> web.Respo
     )
 
 
-def middleware(settings: Settings) -> Any:
-    """Turns every failure of a handler (or of a later middleware) into a problem document."""
+def middleware(settings: Settings, pool: asyncpg.Pool) -> Any:
+    """Turns every failure of a handler (or of a later middleware) into a problem document.
+
+    An outage is logged as the process's :class:`~services.backoff.Outage` of that
+    dependency (one line when it goes, one when it is back), not once per request:
+    the access log already has each 503. For Postgres, which the API only reads, a
+    probe on the shared backoff notices when it is back.
+    """
+    kafka = outage_of(f"Kafka at {settings.kafka_bootstrap}")
+    postgres = outage_of(f"Postgres at {settings.dsn_redacted}")
+    probe: set[asyncio.Task[Any]] = set()
+
+    def watch_postgres() -> None:
+        if probe:
+            return
+        task = asyncio.create_task(
+            retrying(
+                lambda: pool.fetchval("SELECT 1"),
+                outage=postgres,
+                transient=db.postgres_unavailable,
+                backoff=settings.reconnect_backoff(),
+            )
+        )
+        probe.add(task)
+        task.add_done_callback(probe.discard)
 
     @web.middleware
     async def problems(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -95,10 +121,11 @@ def middleware(settings: Settings) -> Any:
             raise  # a deliberate answer (404, 401, ...)
         except Exception as exc:
             if broker_unavailable(exc):
-                log.warning("%s %s: broker unavailable: %s", request.method, request.path, exc)
+                kafka.down(exc)  # the next acknowledged append says it is back
                 return ledger_unavailable(settings, exc)
             if db.postgres_unavailable(exc):
-                log.warning("%s %s: Postgres unavailable: %s", request.method, request.path, exc)
+                postgres.down(exc)
+                watch_postgres()
                 return read_models_unavailable(settings, exc)
             correlation_id = secrets.token_hex(8)
             log.exception(
