@@ -1,0 +1,89 @@
+"""The broker SIGKILLed while the API runs: 503 problem+json, nothing recorded, then 202 again.
+
+The API runs as a real process on a private stack. While the broker is dead a
+submission must fail fast and cleanly (503, ``application/problem+json``,
+``Retry-After``) and must leave nothing behind: after the restart the same
+Idempotency-Key is a first submission (202, not 200) and the ledger holds
+exactly one JobSubmitted for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from schemas.events import JobSubmitted
+from services.api.idempotency import job_id_for
+from services.ledger import Ledger
+from tests.system.outage_stack import SPEC_OK, PrivateStack, Reply
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[PrivateStack]:
+    from infra.services import ServiceSpec
+
+    stack = PrivateStack().up()
+    try:
+        stack.services.start(ServiceSpec("sink", ["sink"]))
+        stack.services.start(ServiceSpec("api", ["api"]))
+        stack.services.wait_for_api(120)
+        yield stack
+    finally:
+        stack.down()
+
+
+def post(stack: PrivateStack, key: str) -> Reply:
+    return stack.call("POST", "/v1/jobs", SPEC_OK, {"Idempotency-Key": key})
+
+
+def submissions(stack: PrivateStack, job_id: str) -> list[JobSubmitted]:
+    async def read() -> list[JobSubmitted]:
+        async with Ledger(stack.settings, "broker-outage-test") as ledger:
+            return [e for e in await ledger.history(job_id) if isinstance(e, JobSubmitted)]
+
+    return asyncio.run(read())
+
+
+def assert_unavailable(reply: Reply) -> None:
+    assert reply.status == 503, reply.body
+    assert reply.headers["Content-Type"].startswith("application/problem+json")
+    assert int(reply.headers["Retry-After"]) > 0
+    assert reply.body["error"] == "ledger_unavailable"
+    assert "nothing was recorded" in reply.body["detail"]
+
+
+def test_a_dead_broker_is_a_clean_503_and_a_restarted_one_takes_submissions(
+    stack: PrivateStack,
+) -> None:
+    assert post(stack, "before").status == 202
+
+    stack.kill_kafka()
+    assert_unavailable(post(stack, "during"))
+    stack.services.check_alive()
+
+    stack.start_kafka()
+
+    def accepted() -> bool:
+        reply = post(stack, "after")
+        if reply.status != 202:
+            assert_unavailable(reply)  # until the API's producer is reconnected
+        return reply.status == 202
+
+    stack.wait(accepted, 120, "a submission to be accepted after the broker's restart")
+    stack.services.check_alive()
+
+    # The failed submission left nothing: its key is new to the API and to the ledger.
+    again = post(stack, "during")
+    assert again.status == 202, again.body
+    during = job_id_for("dev", "during")
+    assert again.body["job_id"] == during
+    assert len(submissions(stack, during)) == 1
+    assert len(submissions(stack, job_id_for("dev", "after"))) == 1
+
+    api_log = stack.log_of("api")
+    assert api_log.count("is unreachable") == 1, api_log[-3000:]
+    assert "Traceback" not in api_log, api_log[-3000:]
