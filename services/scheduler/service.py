@@ -47,6 +47,9 @@ class Scheduler:
         self.placements = 0
         self.skipped_own = 0
         """Own decisions read back and skipped without decoding (see the module docstring)."""
+        self.rounds = 0
+        """Decision rounds run: a test that must show something is *not* decided waits
+        for rounds to pass instead of for a fixed time."""
         self._own: set[tuple[str, int, int]] = set()
         self._task: asyncio.Task[None] | None = None
         self.consumer: Any = None
@@ -164,6 +167,7 @@ class Scheduler:
 
     async def _decide(self) -> None:
         events = self.state.decide(utcnow())
+        self.rounds += 1
         if events:
             # Every position is known before the next getmany: this task is the only reader.
             # The state already counts these placements: wait for the broker, however

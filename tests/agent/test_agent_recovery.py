@@ -34,6 +34,7 @@ from tests.agent.conftest import (
     stream_text,
     types,
 )
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -71,10 +72,15 @@ async def test_a_killed_agent_restarted_reattaches_and_the_job_completes_with_it
     try:
         scheduled = await node.schedule(sh(TICKING.format(n=60, pause=0.1)))
         await node.wait_for(scheduled.job_id, "LogChunk", 30, topic="log-chunks")
-        await asyncio.sleep(1.5)
+
+        async def part_way() -> bool:
+            chunks = only(await node.facts(scheduled.job_id, "log-chunks"), LogChunk)
+            return "line 10\n" in "".join(c.data for c in chunks)
+
+        # Killed part-way: some lines are on the ledger, most are still to come.
+        await eventually(part_way, "the job to log its 10th line", timeout=60, interval=0.2)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
-        await asyncio.sleep(1.0)
         second = _agent_process(node)
         events = await node.wait_for(scheduled.job_id, "ComputeReleased", 60)
     finally:
@@ -92,11 +98,13 @@ async def test_a_killed_agent_restarted_reattaches_and_the_job_completes_with_it
     ]
     assert only(events, ComputeReleased)[0].reason == "exited"
     expected = "".join(f"line {i}\n" for i in range(1, 61))
-    for _ in range(50):  # the agent's log lane is independent of job-events: let it land
+
+    async def all_logged() -> list[LogChunk] | None:
+        # The agent's log lane is independent of job-events: let it land.
         chunks = only(await node.facts(scheduled.job_id, "log-chunks"), LogChunk)
-        if sum(len(c.data) for c in chunks) >= len(expected):
-            break
-        await asyncio.sleep(0.2)
+        return chunks if sum(len(c.data) for c in chunks) >= len(expected) else None
+
+    chunks = await eventually(all_logged, "every log line to land", timeout=30, interval=0.2)
     assert stream_text(chunks, "stdout") == expected
     beats = only(await node.facts(scheduled.job_id, "heartbeats"), AttemptHeartbeat)
     assert sorted({b.seq for b in beats}) == list(range(max(b.seq for b in beats) + 1))

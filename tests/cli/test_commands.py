@@ -11,6 +11,7 @@ import pytest
 from services.cli.main import main
 from tests.api.conftest import DEV_TOKEN, Api
 from tests.sink.scenario import node_facts, run_facts
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -123,12 +124,17 @@ async def test_logs_follow_prints_lines_until_the_job_ends(
     script = run_facts(job_id, submit=False, lines=3)
     await api.ledger.append_many(script.job_events[:6])
     following = asyncio.create_task(gridledger("logs", job_id, "-f"))
-    await asyncio.sleep(0.5)
     await api.ledger.append_many(script.log_chunks)
-    await asyncio.sleep(0.5)
-    assert not following.done()
+    printed: list[str] = []
+
+    def all_lines_printed() -> bool:
+        printed.append(capsys.readouterr().out)
+        return "".join(printed) == "step 0\nstep 1\nstep 2\n"
+
+    await eventually(all_lines_printed, "the followed lines to be printed")
+    assert not following.done(), "follow must go on while the job is not over"
     await api.ledger.append_many(script.job_events[6:])
     assert await asyncio.wait_for(following, 20) == 0
     out, err = capsys.readouterr()
-    assert out == "step 0\nstep 1\nstep 2\n"
+    assert "".join(printed) + out == "step 0\nstep 1\nstep 2\n"
     assert "[job succeeded]" in err

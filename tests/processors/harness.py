@@ -10,11 +10,15 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
 from schemas.events import TERMINAL_EVENTS, Event, JobSubmitted
 from schemas.spec import JobSpec
 from services.ledger import Ledger
 from services.ledger.client import partition_for
 from services.processors import Processors, build_processors
+from services.processors.app import PROCESSORS, app_id_for, topics_for
 from services.scheduler import Scheduler, build_scheduler
 from services.settings import Settings
 
@@ -131,3 +135,43 @@ async def wait_latest(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {suffix} of {key}; latest: {value!r}")
         await asyncio.sleep(0.2)
+
+
+async def wait_processed(settings: Settings, ledger: Ledger, timeout: float = 60.0) -> None:
+    """Wait until the processors' group has committed everything on the topics it reads.
+
+    A worker appends what a batch implies before it commits the batch's offsets, so
+    once the committed offsets reach the topics' ends (and the worker's own appends
+    are read too) nothing more is on its way: the way to show that something does
+    *not* happen (a late duplicate) without sleeping a fixed time.
+    """
+    group = app_id_for(settings, PROCESSORS)
+    tps = [
+        TopicPartition(topic, p)
+        for topic in (settings.topic(s) for s in topics_for(PROCESSORS))
+        for p in range(await ledger.partitions(topic))
+    ]
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    probe = ledger.consumer()
+    await probe.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            ends = await probe.end_offsets(tps)
+            found = await admin.list_consumer_group_offsets(group, partitions=tps)
+            # -1 or absent: nothing committed there (an empty partition needs nothing).
+            committed = {tp: max(0, found[tp].offset) if tp in found else 0 for tp in tps}
+            behind = {
+                f"{tp.topic}/{tp.partition}": (committed[tp], end)
+                for tp, end in ends.items()
+                if end > committed[tp]
+            }
+            if not behind:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"processors group {group} still behind: {behind}")
+            await asyncio.sleep(0.2)
+    finally:
+        await probe.stop()
+        await admin.close()

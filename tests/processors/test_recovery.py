@@ -37,6 +37,7 @@ from tests.processors.harness import (
     terminals,
     wait_history,
     wait_latest,
+    wait_processed,
     wait_terminal,
 )
 
@@ -111,7 +112,6 @@ async def test_sigkill_of_the_worker_mid_stream_loses_and_duplicates_nothing(top
             proc.wait(10)
             killed_at = time.monotonic()
             await ledger.append_many(jobs[4:])  # submitted while no processor runs
-            await asyncio.sleep(1.0)
             proc = worker(settings, log)
             histories = {}
             for job in jobs:
@@ -127,7 +127,8 @@ async def test_sigkill_of_the_worker_mid_stream_loses_and_duplicates_nothing(top
                 records[job.job_id] = await wait_latest(
                     ledger, "accounting", job.job_id, lambda r, x=expected: r == x, timeout=30
                 )
-            await asyncio.sleep(1.5)  # let a late duplicate show up, if there were one
+            # A late duplicate would be on the ledger once the worker committed everything.
+            await wait_processed(settings, ledger)
             final_histories = {j.job_id: await ledger.history(j.job_id) for j in jobs}
         finally:
             for task in serving:
@@ -176,7 +177,7 @@ async def test_duplicated_input_events_change_nothing(topics):
             ids = {e.event_id for e in history}
             await ledger.append_many(history)
             await ledger.append_many(ticks)
-            await asyncio.sleep(2.0)
+            await wait_processed(settings, ledger)
             again = await wait_history(
                 ledger, job.job_id, lambda h: len(h) >= 2 * len(history), what="replayed copy"
             )
@@ -207,7 +208,9 @@ async def test_an_undecodable_record_is_dead_lettered_once_and_processing_goes_o
             run = await node.accept(await node.next_command(AttemptScheduled))
             await run.finish(exit_code=0)
             history = await wait_terminal(ledger, job.job_id)
-            await asyncio.sleep(1.0)
+            # Both consumers are past the garbage: the scheduler placed the job behind it,
+            # and the processors park a record before they commit its offset.
+            await wait_processed(settings, ledger)
             consumer = ledger.consumer(settings.topic("dead-letter"))
             await consumer.start()
             try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import pytest
@@ -12,6 +11,7 @@ from services.ledger import Ledger
 from services.scheduler import build_scheduler
 from tests.fakes.scripted_node import ScriptedNode
 from tests.processors.harness import fast, submitted, utcnow, wait_history
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -84,13 +84,20 @@ async def test_a_silent_node_is_not_placeable(topics):
         await scheduler.start()
         try:
             await scheduler.wait_ready()
-            await asyncio.sleep(1.5)  # registration is now older than the node timeout
+            await eventually(
+                lambda: (
+                    utcnow() - scheduler.state.fleet.nodes["node-quiet"].last_seen
+                    > timedelta(seconds=1.5)
+                ),
+                "the registration to be older than the node timeout",
+            )
             job = submitted(limits={"queue_timeout_s": 60})
             await ledger.append(job)
             await wait_history(
                 ledger, job.job_id, lambda h: any(isinstance(e, JobQueued) for e in h), what="queue"
             )
-            await asyncio.sleep(0.5)
+            rounds = scheduler.rounds
+            await eventually(lambda: scheduler.rounds >= rounds + 3, "three placement rounds")
             assert not scheduled(await ledger.history(job.job_id))
             await node.node_heartbeat()
             await wait_history(ledger, job.job_id, lambda h: bool(scheduled(h)), what="placement")
