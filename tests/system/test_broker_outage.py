@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from schemas.events import JobSubmitted
+from schemas.events import Event, JobSubmitted
 from services.api.idempotency import job_id_for
 from services.ledger import Ledger
 from tests.system.outage_stack import SPEC_OK, PrivateStack, Reply
@@ -40,12 +40,16 @@ def post(stack: PrivateStack, key: str) -> Reply:
     return stack.call("POST", "/v1/jobs", SPEC_OK, {"Idempotency-Key": key})
 
 
-def submissions(stack: PrivateStack, job_id: str) -> list[JobSubmitted]:
-    async def read() -> list[JobSubmitted]:
+def history(stack: PrivateStack, job_id: str) -> list[Event]:
+    async def read() -> list[Event]:
         async with Ledger(stack.settings, "broker-outage-test") as ledger:
-            return [e for e in await ledger.history(job_id) if isinstance(e, JobSubmitted)]
+            return await ledger.history(job_id)
 
     return asyncio.run(read())
+
+
+def submissions(stack: PrivateStack, job_id: str) -> list[JobSubmitted]:
+    return [e for e in history(stack, job_id) if isinstance(e, JobSubmitted)]
 
 
 def assert_unavailable(reply: Reply) -> None:
@@ -59,10 +63,15 @@ def assert_unavailable(reply: Reply) -> None:
 def test_a_dead_broker_is_a_clean_503_and_a_restarted_one_takes_submissions(
     stack: PrivateStack,
 ) -> None:
-    assert post(stack, "before").status == 202
+    first = post(stack, "before")
+    assert first.status == 202
+    before = first.body["job_id"]
+    stack.wait(lambda: stack.status_of(before) == "submitted", 60, f"{before} to be recorded")
 
     stack.kill_kafka()
     assert_unavailable(post(stack, "during"))
+    # A cancel is a write too: the same clean refusal.
+    assert_unavailable(stack.call("POST", f"/v1/jobs/{before}/cancel", {"reason": "test"}))
     stack.services.check_alive()
 
     stack.start_kafka()
@@ -83,6 +92,7 @@ def test_a_dead_broker_is_a_clean_503_and_a_restarted_one_takes_submissions(
     assert again.body["job_id"] == during
     assert len(submissions(stack, during)) == 1
     assert len(submissions(stack, job_id_for("dev", "after"))) == 1
+    assert [type(e).__name__ for e in history(stack, before)] == ["JobSubmitted"]
 
     api_log = stack.log_of("api")
     assert api_log.count("is unreachable") == 1, api_log[-3000:]
