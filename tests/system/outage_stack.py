@@ -12,10 +12,8 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -27,9 +25,9 @@ from typing import Any, TypeVar
 import pytest
 
 from infra import kafka, postgres, processes
-from infra.kafka import KafkaPaths
-from infra.services import LocalServices
-from services.settings import Settings, load_settings
+from infra.private import link_jars, new_home, private_settings
+from services.ops.supervisor import Supervisor
+from services.settings import load_settings
 
 _T = TypeVar("_T")
 
@@ -39,17 +37,6 @@ SPEC_OK = {
     "command": ["sh", "-c", "echo started; sleep 1; echo done"],
     "resources": {"gpus": 1, "memory_gb": 1},
 }
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def wait_until(check: Callable[[], _T | None], timeout_s: float, what: str) -> _T:
@@ -76,31 +63,23 @@ class PrivateStack:
 
     def __init__(self) -> None:
         shared = load_settings()
-        # Not pytest's tmp_path: that is private to root, and Postgres runs as its own user.
-        self.home = Path(tempfile.mkdtemp(prefix="gl-outage-"))
-        self.home.chmod(0o755)
-        lib = KafkaPaths.of(shared).lib
-        if not (lib / kafka.KAFKA_JAR).is_file() or shutil.which("java") is None:
-            pytest.skip(f"no Kafka jars in {lib} or no java: run `gridledger dev up` first")
-        (self.home / "kafka").mkdir()
-        (self.home / "kafka" / "lib").symlink_to(lib)
-        kafka_port, controller_port, pg_port, api_port = free_ports(4)
+        if shutil.which("java") is None:
+            pytest.skip("no java: the private broker cannot run")
+        self.home = new_home("gl-outage-")
+        if not link_jars(shared, self.home):
+            shutil.rmtree(self.home, ignore_errors=True)
+            pytest.skip("no Kafka jars in the shared home: run `gridledger dev up` first")
+        self.settings = private_settings(shared, self.home)
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("GRIDLEDGER_")},
             "GRIDLEDGER_HOME": str(self.home),
-            "GRIDLEDGER_KAFKA_BOOTSTRAP": f"127.0.0.1:{kafka_port}",
-            "GRIDLEDGER_KAFKA_CONTROLLER_PORT": str(controller_port),
-            "GRIDLEDGER_PG_PORT": str(pg_port),
-            "GRIDLEDGER_API_PORT": str(api_port),
+            "GRIDLEDGER_KAFKA_BOOTSTRAP": self.settings.kafka_bootstrap,
+            "GRIDLEDGER_KAFKA_CONTROLLER_PORT": str(self.settings.kafka_controller_port),
+            "GRIDLEDGER_PG_PORT": str(self.settings.pg_port),
+            "GRIDLEDGER_API_PORT": str(self.settings.api_port),
         }
-        self.settings = Settings(
-            home=self.home,
-            kafka_bootstrap=self.env["GRIDLEDGER_KAFKA_BOOTSTRAP"],
-            kafka_controller_port=controller_port,
-            pg_port=pg_port,
-            api_port=api_port,
-        )
-        self.services = LocalServices(self.settings, self.home / "service-logs")
+        # No restart policy: a service that exits fails the test instead of coming back.
+        self.services = Supervisor(self.settings, self.home / "service-logs")
 
     # ------------------------------------------------------------------ stack
 
