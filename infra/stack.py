@@ -18,7 +18,7 @@ from pathlib import Path
 
 from aiokafka.errors import KafkaError
 
-from infra import docker_daemon, images, kafka, postgres, tokens
+from infra import docker_daemon, images, kafka, postgres, seaweedfs, tokens
 from infra import topics as topics_module
 from infra.processes import port_open
 from infra.status import ComponentStatus
@@ -56,6 +56,9 @@ def render_stack_env(settings: Settings) -> str:
         "GRIDLEDGER_NODE_PARTITIONS": str(settings.node_partitions),
         "GRIDLEDGER_PG_PORT": str(settings.pg_port),
         "GRIDLEDGER_TOKENS_FILE": str(settings.tokens_path),
+        "GRIDLEDGER_S3_PORT": str(settings.s3_port),
+        "GRIDLEDGER_S3_BUCKET": settings.s3_bucket,
+        "GRIDLEDGER_S3_CREDENTIALS_FILE": str(settings.s3_credentials_path),
     }
     if settings.kafka_brokers > 1:
         values["GRIDLEDGER_KAFKA_CONTROLLER_PORTS"] = ",".join(
@@ -68,6 +71,8 @@ def render_stack_env(settings: Settings) -> str:
         values["GRIDLEDGER_PG_DSN"] = settings.pg_dsn
     if settings.docker_host:
         values["GRIDLEDGER_DOCKER_HOST"] = settings.docker_host
+    if settings.s3_endpoint:
+        values["GRIDLEDGER_S3_ENDPOINT"] = settings.s3_endpoint
     header = (
         "# Written by `gridledger dev up`; read by services.settings.load_settings().\n"
         "# GRIDLEDGER_* environment variables take precedence over these values.\n"
@@ -82,7 +87,7 @@ def stack_env_path(settings: Settings) -> Path:
 async def up(settings: Settings, report: Report = _ignore) -> list[ComponentStatus]:
     """Start (or verify) every component; call ``report`` as each one is ready.
 
-    Kafka, Postgres and Docker (with the images) come up concurrently.
+    Kafka, Postgres, the object store and Docker (with the images) come up concurrently.
 
     Raises:
         StackError: one or more components failed; the others are left running
@@ -126,8 +131,15 @@ async def up(settings: Settings, report: Report = _ignore) -> list[ComponentStat
             done(await docker_daemon.up(settings))
             done(await asyncio.to_thread(images.up, settings))
 
+        async def object_store() -> None:
+            done(await seaweedfs.up(settings))
+
         outcomes = await asyncio.gather(
-            kafka_and_topics(), postgres_up(), docker_and_images(), return_exceptions=True
+            kafka_and_topics(),
+            postgres_up(),
+            docker_and_images(),
+            object_store(),
+            return_exceptions=True,
         )
         failures = [o for o in outcomes if isinstance(o, BaseException)]
         for failure in failures:
@@ -151,7 +163,7 @@ def down(settings: Settings, report: Report = _ignore) -> list[ComponentStatus]:
         for component in kafka.down(settings):
             results.append(component)
             report(component)
-        for stop in (postgres.down, docker_daemon.down):
+        for stop in (postgres.down, seaweedfs.down, docker_daemon.down):
             component = stop(settings)
             results.append(component)
             report(component)
@@ -166,6 +178,7 @@ async def status(settings: Settings) -> list[ComponentStatus]:
         asyncio.to_thread(docker_daemon.status, settings),
         asyncio.to_thread(images.status, settings),
         asyncio.to_thread(tokens.status, settings),
+        asyncio.to_thread(seaweedfs.status, settings),
     )
     topics = await _topics_status(settings, kafka_running=any(b.running for b in brokers))
     return [*brokers, topics, *parts]
@@ -204,3 +217,14 @@ def probe(settings: Settings) -> list[str]:
     if not docker_daemon.ping(settings):
         problems.append(f"no Docker daemon answers at {docker_daemon.address(settings)}")
     return problems
+
+
+def probe_object_store(settings: Settings) -> list[str]:
+    """What of the object store does not answer (empty when it does); for agent tests."""
+    if settings.s3_endpoint:
+        return []
+    if not port_open("127.0.0.1", settings.s3_port):
+        return [f"the object store (SeaweedFS S3) does not answer on {settings.s3_url}"]
+    if not settings.s3_credentials_path.is_file():
+        return [f"no S3 credentials file at {settings.s3_credentials_path}"]
+    return []

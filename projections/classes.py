@@ -122,6 +122,10 @@ TABLE: tuple[FailureClass, ...] = (
     FailureClass("container_start_failed", "platform", True,
                  "the Docker daemon failed to start the container",
                  avoid="node", avoid_why="the node's Docker daemon failed"),
+    FailureClass("checkpoint_corrupt", "platform", False,
+                 "the checkpoint to resume from does not hash to its recorded sha256",
+                 why_not="the stored checkpoint itself is damaged: a retry would download "
+                 "the same bytes"),
     FailureClass("finishing_timeout", "platform", True,
                  "the process exited but the node never released",
                  avoid="node", avoid_why="the node stopped finishing its attempts"),

@@ -158,6 +158,19 @@ RULES: tuple[Rule, ...] = (
          "Docker refused the container configuration derived from the job spec ({message}).",
          "Fix the resources or command in the spec that the message names.",
          error_kinds=("invalid_config",)),
+    # The checkpoint to resume from is downloaded and verified before the container exists.
+    Rule("start.checkpoint_corrupt", "start", "checkpoint_corrupt", "platform",
+         "The checkpoint to resume from did not match its recorded sha256 when node[ {node}] "
+         "downloaded it ({message}); the job was not started from data that is not the "
+         "checkpoint it stored.",
+         "Nothing to change in your job: the stored checkpoint is damaged. Submit the job again "
+         "without resume_from, or resume from another job's checkpoint; the compute of this "
+         "attempt is credited.",
+         error_kinds=("checkpoint_checksum_mismatch",)),
+    Rule("start.checkpoint_unavailable", "start", "container_start_failed", "platform",
+         "Node[ {node}] could not download the checkpoint to resume from ({message}).",
+         f"{_NOTHING_TO_CHANGE}: {_RETRIED}.",
+         error_kinds=("resume_checkpoint_unavailable",)),
     Rule("start.daemon_error", "start", "container_start_failed", "platform",
          "Docker on node[ {node}] failed to start the container[ ({error_kind}: {message})].",
          f"{_NOTHING_TO_CHANGE}: {_RETRIED}."),

@@ -149,6 +149,29 @@ class Settings(BaseSettings):
     )
     log_format: Literal["text", "json"] = "text"
     """``json``: one JSON object per log line, with job_id, attempt and event_id when known."""
+    # ---- artifact store: S3-compatible (the local stack runs SeaweedFS)
+    s3_endpoint: str = ""
+    """S3 endpoint URL (AWS, GCS interoperability, Ceph RGW ...); empty means the local
+    SeaweedFS that ``dev up`` runs on 127.0.0.1:``s3_port``."""
+    s3_port: int = Field(8333, ge=1, le=65535 - 10003)
+    """S3 port of the local SeaweedFS; its master, volume and filer servers listen on the
+    next three ports, and each server's gRPC port is its HTTP port + 10000."""
+    s3_region: str = "us-east-1"
+    s3_bucket: str = "gridledger"
+    """One bucket; each tenant's objects live under ``tenants/<tenant>/``."""
+    s3_credentials_file: Path | None = None
+    """JSON file of per-tenant S3 credentials; default ``<home>/s3-credentials.json``,
+    written by ``dev up`` (format in services/objectstore.py)."""
+    s3_addressing_style: Literal["path", "virtual", "auto"] = "path"
+    """``path`` (bucket in the URL path) suits SeaweedFS, Ceph and GCS; ``virtual`` for AWS."""
+    s3_max_attempts: int = Field(5, ge=1, le=20)
+    """Tries per S3 request (the first included), with capped exponential backoff between."""
+    s3_connect_timeout_s: float = Field(5.0, gt=0)
+    s3_presign_ttl_s: int = Field(300, ge=1, le=7 * 24 * 3600)
+    """Lifetime of the download URLs the API hands out."""
+    artifact_retention_days: int = Field(30, ge=1)
+    """Default retention of stored outputs and checkpoints; a tenant may set its own
+    (``retention_days`` in the credentials file)."""
 
     def reconnect_backoff(self) -> Backoff:
         """The backoff every service uses to reconnect to the broker and Postgres."""
@@ -193,6 +216,15 @@ class Settings(BaseSettings):
     @property
     def logs_dir(self) -> Path:
         return self.home / "logs"
+
+    @property
+    def s3_url(self) -> str:
+        """The S3 endpoint clients use: ``s3_endpoint``, else the local SeaweedFS."""
+        return self.s3_endpoint or f"http://127.0.0.1:{self.s3_port}"
+
+    @property
+    def s3_credentials_path(self) -> Path:
+        return self.s3_credentials_file or self.home / "s3-credentials.json"
 
 
 def redact_dsn(dsn: str) -> str:

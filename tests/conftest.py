@@ -11,9 +11,10 @@ where a missing stack is a broken pipeline, not a reason to pass.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
@@ -21,6 +22,7 @@ import pytest_asyncio
 from infra.stack import probe
 from infra.topics import delete_topics, ensure_topics
 from services.settings import Settings, load_settings
+from tests.objectstore import PrivateStore
 
 _stack_problems: list[str] | None = None
 
@@ -68,3 +70,14 @@ async def topics(settings: Settings) -> AsyncIterator[Settings]:
         yield isolated
     finally:
         await delete_topics(isolated)
+
+
+@pytest.fixture(scope="session")
+def object_store(settings: Settings) -> Iterator[PrivateStore]:
+    """A private SeaweedFS S3 server for the session (agents and the API store and sign there)."""
+    store = PrivateStore(settings)
+    try:
+        asyncio.run(store.start())
+        yield store
+    finally:
+        store.stop()

@@ -1,27 +1,27 @@
-"""Where checkpoints and outputs are kept: an interface and a filesystem store.
+"""Where checkpoints and outputs are kept: the artifact store interface and its S3 store.
 
-The filesystem store keeps ``<root>/<job>/<attempt>/<path>`` (``root`` is
-``<home>/artifacts``) and returns ``file://`` URIs. The store is an interface so
-S3-compatible stores can follow; :class:`FailingStore` is the test hook that
-makes chosen paths fail for real (the "outputs failed to store" scenario).
+Every agent stores into an S3-compatible object store (the local stack runs
+SeaweedFS; AWS, GCS or Ceph work the same way, see services/objectstore.py for
+the key layout and credentials). The store is an interface so the attempt
+logic does not know the client library; :class:`S3Store` is its one
+implementation. Calls block: the agent runs them on its thread pool.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fnmatch
-import hashlib
-import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
-from urllib.parse import unquote, urlparse
+from typing import Any, Protocol
 
-from services.agent.errors import ArtifactStoreError
+from services import s3client
+from services.agent.errors import ArtifactChecksumError, ArtifactStoreError
+from services.objectstore import CredentialsFile, ObjectRef, ObjectStoreError, object_key
 from services.ops import metrics
+from services.settings import Settings
 
-_CHUNK = 1024 * 1024
 _TRAILING_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 
 
@@ -33,8 +33,19 @@ class StoredArtifact:
 
 
 class ArtifactStore(Protocol):
-    def put(self, job_id: str, attempt: int, path: str, source: Path) -> StoredArtifact:
+    def put(
+        self, tenant: str, job_id: str, attempt: int, path: str, source: Path
+    ) -> StoredArtifact:
         """Store ``source`` as ``path`` of the attempt; raise ArtifactStoreError on failure."""
+        ...
+
+    def fetch(self, tenant: str, uri: str, sha256: str, target: Path) -> int:
+        """Download ``uri`` to ``target`` and verify it; return its size.
+
+        Raises:
+            ArtifactChecksumError: the bytes do not hash to ``sha256``.
+            ArtifactStoreError: the object is not the tenant's, or the store failed.
+        """
         ...
 
 
@@ -48,54 +59,68 @@ def checkpoint_step(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-class FilesystemStore:
-    """Artifacts as files under ``root``; writes go to a temporary name, then rename."""
+class S3Store:
+    """Artifacts as objects under the tenant's prefix, written with the tenant's agent credential.
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    The credentials file is read again when it changes (``dev up`` adds tenants to it),
+    and each tenant's client is made once.
+    """
 
-    def put(self, job_id: str, attempt: int, path: str, source: Path) -> StoredArtifact:
-        target = self.root / _safe(job_id) / str(attempt) / path
-        if not target.resolve().is_relative_to(self.root.resolve()):
-            raise ArtifactStoreError(f"artifact path {path!r} leaves the store")
-        digest = hashlib.sha256()
-        size = 0
-        tmp = target.with_name(f".{target.name}.partial")
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if source.is_dir():
-                raise ArtifactStoreError(
-                    f"{path} is a folder; declare the files in it as outputs "
-                    "(folders are not stored)"
-                )
-            with source.open("rb") as src, tmp.open("wb") as dst:
-                while block := src.read(_CHUNK):
-                    digest.update(block)
-                    size += len(block)
-                    dst.write(block)
-                dst.flush()
-                os.fsync(dst.fileno())
-            os.replace(tmp, target)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise ArtifactStoreError(f"storing {path} to {target} failed: {exc}") from exc
-        return StoredArtifact(uri=target.resolve().as_uri(), sha256=digest.hexdigest(), bytes=size)
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._clients: dict[str, Any] = {}
+        self._creds: CredentialsFile | None = None
+        self._creds_stamp: tuple[int, int] | None = None
 
-
-class FailingStore:
-    """Wraps a store; paths matching ``pattern`` fail as an unreachable store would."""
-
-    def __init__(self, inner: ArtifactStore, pattern: str) -> None:
-        self.inner = inner
-        self.pattern = pattern
-
-    def put(self, job_id: str, attempt: int, path: str, source: Path) -> StoredArtifact:
-        if fnmatch.fnmatch(path, self.pattern):
+    def put(
+        self, tenant: str, job_id: str, attempt: int, path: str, source: Path
+    ) -> StoredArtifact:
+        if source.is_dir():
             raise ArtifactStoreError(
-                f"storing {path} failed: the artifact store refused it "
-                f"(test hook GRIDLEDGER_AGENT_ARTIFACT_FAIL_GLOB={self.pattern!r})"
+                f"{path} is a folder; declare the files in it as outputs (folders are not stored)"
             )
-        return self.inner.put(job_id, attempt, path, source)
+        try:
+            ref = ObjectRef(self.settings.s3_bucket, object_key(tenant, job_id, attempt, path))
+            sha256, size = s3client.upload(self._client(tenant), ref, source)
+        except ObjectStoreError as exc:
+            raise ArtifactStoreError(str(exc)) from exc
+        except OSError as exc:
+            raise ArtifactStoreError(f"reading {path} to store it failed: {exc}") from exc
+        return StoredArtifact(uri=ref.uri, sha256=sha256, bytes=size)
+
+    def fetch(self, tenant: str, uri: str, sha256: str, target: Path) -> int:
+        try:
+            ref = ObjectRef.parse(uri)
+            if not ref.owned_by(tenant):
+                raise ArtifactStoreError(
+                    f"{uri} is not an object of tenant {tenant!r}; a job resumes only from "
+                    "checkpoints of its own tenant"
+                )
+            target.parent.mkdir(parents=True, exist_ok=True)
+            return s3client.download(self._client(tenant), ref, target, sha256)
+        except s3client.ChecksumMismatch as exc:
+            raise ArtifactChecksumError(str(exc)) from exc
+        except ObjectStoreError as exc:
+            raise ArtifactStoreError(str(exc)) from exc
+        except OSError as exc:
+            raise ArtifactStoreError(f"writing {uri} to {target} failed: {exc}") from exc
+
+    def _client(self, tenant: str) -> Any:
+        path = self.settings.s3_credentials_path
+        with self._lock:
+            stamp = None
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                stamp = (st.st_mtime_ns, st.st_size)
+            if self._creds is None or stamp != self._creds_stamp:
+                self._creds = CredentialsFile.load(path)
+                self._creds_stamp = stamp
+                self._clients.clear()
+            if tenant not in self._clients:
+                credential = self._creds.credential(tenant, "agent", path)
+                self._clients[tenant] = s3client.make_client(self.settings, credential)
+            return self._clients[tenant]
 
 
 class MeteredStore:
@@ -104,21 +129,15 @@ class MeteredStore:
     def __init__(self, inner: ArtifactStore) -> None:
         self.inner = inner
 
-    def put(self, job_id: str, attempt: int, path: str, source: Path) -> StoredArtifact:
-        stored = self.inner.put(job_id, attempt, path, source)
+    def put(
+        self, tenant: str, job_id: str, attempt: int, path: str, source: Path
+    ) -> StoredArtifact:
+        stored = self.inner.put(tenant, job_id, attempt, path, source)
         metrics.UPLOAD_BYTES.inc(stored.bytes)
         return stored
 
-
-def file_from_uri(uri: str) -> Path:
-    """The local path of a ``file://`` URI (the only scheme this store writes)."""
-    if not uri.startswith("file://"):
-        raise ArtifactStoreError(f"cannot read {uri!r}: only file:// artifacts are supported here")
-    return Path(unquote(urlparse(uri).path))
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "_"
+    def fetch(self, tenant: str, uri: str, sha256: str, target: Path) -> int:
+        return self.inner.fetch(tenant, uri, sha256, target)
 
 
 _SKIPPED_SUFFIXES = (".tmp", ".partial", ".part", ".swp")

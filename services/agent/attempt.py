@@ -43,9 +43,14 @@ from schemas.events import (
     ProcessExited,
 )
 from services.agent import meter
-from services.agent.artifacts import checkpoint_step, file_from_uri, list_files
+from services.agent.artifacts import checkpoint_step, list_files
 from services.agent.context import AgentContext
-from services.agent.errors import ArtifactStoreError, ContainerStartError, ImageUnavailableError
+from services.agent.errors import (
+    ArtifactChecksumError,
+    ArtifactStoreError,
+    ContainerStartError,
+    ImageUnavailableError,
+)
 from services.agent.journal import AttemptRecord
 from services.agent.logs import Chunk
 from services.agent.logstream import LogFollower
@@ -214,7 +219,8 @@ class AttemptRunner:
             "ImageResolved", ImageResolved, image=s.spec.image, image_id=image_id, pulled=pulled
         )
         try:
-            request = self._container_request()
+            resume_file = await self._fetch_resume_checkpoint()
+            request = self._container_request(resume_file)
             container = await ctx.blocking(ctx.runtime.create, request)
         except ContainerStartError as exc:
             await self._start_failed(exc)
@@ -252,7 +258,35 @@ class AttemptRunner:
         )
         await self._release("start_failed", container)
 
-    def _container_request(self) -> ContainerRequest:
+    async def _fetch_resume_checkpoint(self) -> Path | None:
+        """Download the checkpoint to resume from into the attempt's folder, verified.
+
+        It comes from the object store, not from this node's disk, so a retry on
+        another host resumes the same way. A sha256 mismatch stops the attempt: a
+        job never silently resumes from bytes that are not its checkpoint.
+        """
+        r, s, ctx = self.record, self.record.scheduled, self.ctx
+        ref = s.resume_from
+        if ref is None:
+            return None
+        target = self._output_dir().parent / "resume" / ref.name
+        try:
+            await ctx.blocking(ctx.store.fetch, s.tenant, ref.uri, ref.sha256, target)
+        except ArtifactChecksumError as exc:
+            raise ContainerStartError(
+                "checkpoint_checksum_mismatch",
+                f"checkpoint {ref.name} of job {ref.job_id} (attempt {ref.attempt}): {exc}",
+            ) from exc
+        except ArtifactStoreError as exc:
+            raise ContainerStartError(
+                "resume_checkpoint_unavailable",
+                f"checkpoint {ref.name} of job {ref.job_id} (attempt {ref.attempt}) could not "
+                f"be downloaded to node {ctx.node_id}: {exc}",
+            ) from exc
+        log.info("attempt %s resumes from %s (%s)", r.key, ref.uri, ref.sha256[:12])
+        return target
+
+    def _container_request(self, resume_file: Path | None = None) -> ContainerRequest:
         r, s, ctx = self.record, self.record.scheduled, self.ctx
         output = self._output_dir()
         output.mkdir(parents=True, exist_ok=True)
@@ -267,18 +301,8 @@ class AttemptRunner:
             GRIDLEDGER_ATTEMPT=str(s.attempt),
             GRIDLEDGER_OUTPUT_DIR=OUTPUT_DIR,
         )
-        resume_file, resume_target = None, ""
-        if s.resume_from is not None:
-            try:
-                resume_file = file_from_uri(s.resume_from.uri)
-            except ArtifactStoreError as exc:
-                raise ContainerStartError("resume_checkpoint_unavailable", str(exc)) from exc
-            if not resume_file.is_file():
-                raise ContainerStartError(
-                    "resume_checkpoint_unavailable",
-                    f"checkpoint {s.resume_from.name} of job {s.resume_from.job_id} is not at "
-                    f"{resume_file} on node {ctx.node_id}",
-                )
+        resume_target = ""
+        if s.resume_from is not None and resume_file is not None:
             resume_target = f"{RESUME_DIR}/{s.resume_from.name}"
             env["GRIDLEDGER_RESUME_FROM"] = resume_target
         return ContainerRequest(
@@ -552,7 +576,12 @@ class AttemptRunner:
         prefix = r.scheduled.spec.checkpoints or ""
         try:
             stored = await ctx.blocking(
-                ctx.store.put, r.job_id, r.attempt, f"{prefix}/{name}", folder / name
+                ctx.store.put,
+                r.scheduled.tenant,
+                r.job_id,
+                r.attempt,
+                f"{prefix}/{name}",
+                folder / name,
             )
         except ArtifactStoreError as exc:
             self._checkpoint_failures[name] = self._checkpoint_failures.get(name, 0) + 1
@@ -587,7 +616,9 @@ class AttemptRunner:
                 )
                 continue
             try:
-                stored = await ctx.blocking(ctx.store.put, r.job_id, r.attempt, spec.path, source)
+                stored = await ctx.blocking(
+                    ctx.store.put, r.scheduled.tenant, r.job_id, r.attempt, spec.path, source
+                )
             except ArtifactStoreError as exc:
                 await self._fact(
                     key,

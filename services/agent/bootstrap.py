@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from services.agent.agent import Agent
-from services.agent.artifacts import ArtifactStore, FailingStore, FilesystemStore, MeteredStore
+from services.agent.artifacts import ArtifactStore, MeteredStore, S3Store
 from services.agent.context import AgentContext
 from services.agent.inventory import discover
 from services.agent.journal import Journal
@@ -36,13 +36,7 @@ def bootstrap(
     factory = publisher_factory or (
         lambda lane: LedgerPublisher(settings, f"agent-{agent.node_id}-{lane}")
     )
-    artifacts: ArtifactStore = store or FilesystemStore(home / "artifacts")
-    if agent.artifact_fail_glob:
-        log.warning(
-            "artifact paths matching %r will fail to store (test hook)", agent.artifact_fail_glob
-        )
-        artifacts = FailingStore(artifacts, agent.artifact_fail_glob)
-    artifacts = MeteredStore(artifacts)
+    artifacts: ArtifactStore = MeteredStore(store or S3Store(settings))
     ctx = AgentContext(
         settings=settings,
         agent=agent,
@@ -63,15 +57,8 @@ def bootstrap(
 
 async def run_agent(settings: Settings, agent: AgentSettings, stop: asyncio.Event) -> None:
     """Run an agent until ``stop`` is set, then shut it down cleanly."""
-    from services.ops.server import ops_server
-    from services.ops.wiring import agent_endpoints
-
-    node = bootstrap(settings, agent)
-    ops = ops_server(settings, agent_endpoints(settings, node))
-    await node.start()
-    await ops.start()
+    node = await bootstrap(settings, agent).start()
     try:
         await stop.wait()
     finally:
-        await ops.stop()
         await node.stop()

@@ -36,3 +36,7 @@ class ContainerStartError(AgentError):
 
 class ArtifactStoreError(AgentError):
     """A checkpoint or output could not be stored."""
+
+
+class ArtifactChecksumError(ArtifactStoreError):
+    """A downloaded checkpoint does not hash to the sha256 recorded when it was stored."""

@@ -46,8 +46,6 @@ class AgentSettings(BaseSettings):
     shutdown_policy: ShutdownPolicy = "detach"
     """detach: leave running containers for the next agent start to re-attach;
     stop: stop them and release their compute (reason agent_shutdown)."""
-    artifact_fail_glob: str = ""
-    """Test hook: artifact paths matching this glob fail to store (e.g. 'model.pt')."""
     publish_timeout_s: float = Field(10.0, gt=0)
     """A spool batch the broker has not acknowledged within this is retried."""
     agent_version: str = "0.1.0"

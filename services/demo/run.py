@@ -16,16 +16,19 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-from infra import stack
+from infra import stack, tokens
 from infra.services import LOCAL_AGENT_ENV, ServiceSpec
 from schemas.errors import GridledgerError
 from schemas.views import TERMINAL_STATUSES
 from services.cli import render
 from services.cli.client import ApiClient, base_url, resolve_token
 from services.demo.scenarios import (
-    FLAKY_STORE_GLOB,
+    ALL_JOBS,
+    DEMO_TENANT,
+    DENIED_TENANT,
     FLEET,
     HOLDER,
     JOBS,
@@ -33,6 +36,7 @@ from services.demo.scenarios import (
     NODE_LOST,
     DemoJob,
 )
+from services.objectstore import Credential, CredentialsFile
 from services.ops.fleet import RestartPolicy
 from services.ops.supervisor import Supervisor, supervisor_alive
 from services.settings import Settings
@@ -44,7 +48,6 @@ DEMO_TIMINGS = {
     "GRIDLEDGER_SCHEDULER_NODE_TIMEOUT_S": "10",
     "GRIDLEDGER_SCHEDULER_DISPATCH_TIMEOUT_S": "30",
 }
-AGENT_ENV = {**LOCAL_AGENT_ENV, "GRIDLEDGER_AGENT_ARTIFACT_FAIL_GLOB": FLAKY_STORE_GLOB}
 DEMO_RESTARTS = RestartPolicy(initial_backoff_s=0.5, max_backoff_s=5, give_up_after=3)
 """A crashed service is restarted; one that keeps crashing fails the demo with its log."""
 
@@ -81,6 +84,7 @@ class Demo:
         )
         self.result = DemoResult()
         self.api: ApiClient | None = None
+        self.tenant_clients: dict[str, ApiClient] = {}
         self.started_at = datetime.now(UTC) - timedelta(seconds=1)
 
     # ------------------------------------------------------------------ services
@@ -101,6 +105,11 @@ class Demo:
             self.start_agent(node.node_id)
         self.services.wait_for_api()
         self.api = ApiClient(base_url(self.settings, None), resolve_token(self.settings, None))
+        url = base_url(self.settings, None)
+        self.tenant_clients = {
+            tenant: ApiClient(url, tokens.token_for(self.settings, tenant))
+            for tenant in {job.tenant for job in ALL_JOBS}
+        }
         self.wait_for(lambda: self._fresh_nodes() >= len(FLEET), 60, "both agents to register")
 
     def start_agent(self, node_id: str) -> None:
@@ -110,7 +119,31 @@ class Demo:
         inventory.write_text(json.dumps(node.inventory(), indent=2))
         args = ["agent", "--node-id", node_id, "--provider", node.provider, "--region",
                 node.region, "--inventory", str(inventory)]  # fmt: skip
-        self.services.start(ServiceSpec(f"agent-{node_id}", args, {**DEMO_TIMINGS, **AGENT_ENV}))
+        env = {
+            **DEMO_TIMINGS,
+            **LOCAL_AGENT_ENV,
+            "GRIDLEDGER_S3_CREDENTIALS_FILE": str(self.agent_credentials()),
+        }
+        self.services.start(ServiceSpec(f"agent-{node_id}", args, env))
+
+    def agent_credentials(self) -> Path:
+        """The stack's object-store credentials with :data:`DENIED_TENANT`'s agent key revoked.
+
+        The store does not know the replacement key, so it refuses every upload of that
+        tenant's jobs with its own error (InvalidAccessKeyId): a real store failure.
+        """
+        path = self.workdir / "agent-s3-credentials.json"
+        if not path.is_file():
+            creds = CredentialsFile.load(self.settings.s3_credentials_path)
+            tenants = dict(creds.tenants)
+            tenants[DENIED_TENANT] = tenants[DENIED_TENANT].model_copy(
+                update={"agent": Credential(access_key="glrevoked" + uuid.uuid4().hex[:8],
+                                            secret_key=uuid.uuid4().hex)}
+            )  # fmt: skip
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(CredentialsFile(tenants=tenants).model_dump_json(exclude_none=True))
+            path.chmod(0o600)
+        return path
 
     def kill_node(self, node_id: str) -> None:
         """The node disappears: its agent dies and its containers with it."""
@@ -142,15 +175,20 @@ class Demo:
 
     # ------------------------------------------------------------------ jobs
 
+    def client_for(self, key: str) -> ApiClient:
+        """The API client of the tenant that owns the job ``key``."""
+        tenant = next((j.tenant for j in ALL_JOBS if j.key == key), DEMO_TENANT)
+        return self.tenant_clients.get(tenant, self.client)
+
     def submit(self, job: DemoJob) -> str:
-        reply = self.client.post("/v1/jobs", json.dumps(job.spec).encode())
+        reply = self.client_for(job.key).post("/v1/jobs", json.dumps(job.spec).encode())
         job_id = str(reply["job_id"])
         self.result.ids[job.key] = job_id
         self.say(f"  submitted {job.key:<16} {job_id}  ({job.title})")
         return job_id
 
     def job(self, key: str) -> dict[str, Any]:
-        doc: dict[str, Any] = self.client.get(f"/v1/jobs/{self.result.ids[key]}")
+        doc: dict[str, Any] = self.client_for(key).get(f"/v1/jobs/{self.result.ids[key]}")
         self.result.jobs[key] = doc
         return doc
 

@@ -15,8 +15,10 @@ from typing import Any
 BUSYBOX = "gridledger/busybox:latest"
 PYTHON = "gridledger/python:latest"
 
-FLAKY_STORE_GLOB = "flaky-store/*"
-"""Outputs under this folder fail to store: the demo's stand-in for an artifact-store outage."""
+DEMO_TENANT = "dev"
+DENIED_TENANT = "other"
+"""The demo's agents hold a revoked object-store credential for this tenant, so the store
+itself refuses its uploads (the "outputs failed to store" case, for real)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ class DemoJob:
     spec: dict[str, Any]
     expected: Expected
     tags: tuple[str, ...] = field(default_factory=tuple)
+    tenant: str = DEMO_TENANT
+    """Whose job it is (submitted with that tenant's API token)."""
 
 
 def _py(code: str) -> list[str]:
@@ -213,19 +217,15 @@ JOBS: tuple[DemoJob, ...] = (
     ),
     DemoJob(
         "upload-fails",
-        "the process succeeds but its output cannot be stored",
+        "the process succeeds but the store refuses the node's credential for its outputs",
         {
             "name": "upload-fails",
             "image": BUSYBOX,
-            "command": [
-                "sh",
-                "-c",
-                'mkdir -p "$GRIDLEDGER_OUTPUT_DIR/flaky-store" && '
-                'echo done > "$GRIDLEDGER_OUTPUT_DIR/flaky-store/report.txt"',
-            ],
-            "outputs": [{"path": "flaky-store/report.txt"}],
+            "command": ["sh", "-c", 'echo done > "$GRIDLEDGER_OUTPUT_DIR/report.txt"'],
+            "outputs": [{"path": "report.txt"}],
         },
         Expected("succeeded_with_errors", "output_upload_failed", "platform", credited=True),
+        tenant=DENIED_TENANT,
     ),
     DemoJob(
         "output-missing",

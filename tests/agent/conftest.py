@@ -23,7 +23,10 @@ from services.agent.runtime import LABEL_NODE
 from services.agent.settings import AgentSettings
 from services.ledger import Ledger
 from services.settings import Settings
+from tests.objectstore import PrivateStore
 
+TENANT = "dev"
+"""A tenant the object store has credentials for (``dev up`` writes dev and other)."""
 BUSYBOX = "gridledger/busybox:latest"
 PYTHON = "gridledger/python:latest"
 
@@ -83,7 +86,7 @@ class Harness:
             gpu_model="L4",
             dispatch_deadline=now + timedelta(minutes=5),
             spec=spec,
-            tenant="t1",
+            tenant=fields.pop("tenant", TENANT),
             **fields,
         )
         await self.command(scheduled)
@@ -194,9 +197,11 @@ def make_agent_settings(home: Path, **overrides: Any) -> AgentSettings:
 
 
 @pytest_asyncio.fixture
-async def idle_node(topics: Settings, tmp_path: Path) -> AsyncIterator[Harness]:
+async def idle_node(
+    topics: Settings, tmp_path: Path, object_store: PrivateStore
+) -> AsyncIterator[Harness]:
     """A node's settings and home, its agent not started yet (``await harness.start()``)."""
-    settings = topics.model_copy(update={"home": tmp_path})
+    settings = object_store.service_settings(topics, home=tmp_path)
     harness = Harness(settings, make_agent_settings(tmp_path), Ledger(settings, "agent-test"))
     await harness.ledger.start()
     try:

@@ -22,13 +22,27 @@ from schemas.events import (
     ProcessExited,
 )
 from schemas.spec import JobSpec, Limits, OutputSpec, Resources
-from services.agent.artifacts import file_from_uri
-from tests.agent.conftest import BUSYBOX, PYTHON, Harness, only, sh, stream_text, types
+from schemas.types import CheckpointRef
+from services.agent.artifacts import S3Store
+from services.objectstore import Credential, CredentialsFile, job_prefix
+from tests.agent.conftest import (
+    BUSYBOX,
+    PYTHON,
+    TENANT,
+    Harness,
+    only,
+    sh,
+    stream_text,
+    types,
+)
+from tests.objectstore import PrivateStore
 
 pytestmark = pytest.mark.integration
 
 
-async def test_a_job_that_prints_and_exits_0_reports_every_line_in_order(node: Harness):
+async def test_a_job_that_prints_and_exits_0_reports_every_line_in_order(
+    node: Harness, object_store: PrivateStore
+):
     script = (
         'for i in $(seq 1 2000); do echo "line $i"; done; echo "to stderr" >&2; '
         'echo weights > "$GRIDLEDGER_OUTPUT_DIR/model.pt"; '
@@ -57,7 +71,8 @@ async def test_a_job_that_prints_and_exits_0_reports_every_line_in_order(node: H
     assert exited.memory_limit_bytes == 256 * 1024 * 1024
     assert f"{job}/1" in exited.last_log_lines  # stdout and stderr interleave by time
     stored = only(events, OutputStored)[0]
-    assert stored.path == "model.pt" and file_from_uri(stored.uri).read_text() == "weights\n"
+    assert stored.path == "model.pt" and object_store.read(stored.uri) == b"weights\n"
+    assert stored.uri == f"s3://gridledger/{job_prefix(TENANT, job)}attempts/1/model.pt"
     assert stored.sha256 == hashlib.sha256(b"weights\n").hexdigest()
     missing = only(events, OutputFailed)[0]
     assert (missing.path, missing.reason, missing.required) == ("metrics.json", "missing", False)
@@ -169,7 +184,9 @@ async def test_a_2mb_line_and_a_50mb_flood_neither_crash_nor_delay_heartbeats(no
     assert max(gaps) <= 2 * interval, f"a heartbeat waited more than one interval: {gaps}"
 
 
-async def test_checkpoints_written_during_the_run_are_stored_with_checksums(node: Harness):
+async def test_checkpoints_written_during_the_run_are_stored_with_checksums(
+    node: Harness, object_store: PrivateStore
+):
     script = (
         'mkdir -p "$GRIDLEDGER_OUTPUT_DIR/ckpt"; '
         'echo one > "$GRIDLEDGER_OUTPUT_DIR/ckpt/step_100.pt"; sleep 1.5; '
@@ -186,9 +203,9 @@ async def test_checkpoints_written_during_the_run_are_stored_with_checksums(node
     for checkpoint, content in zip(stored, (b"one\n", b"two\n"), strict=True):
         assert checkpoint.sha256 == hashlib.sha256(content).hexdigest()
         assert checkpoint.bytes == len(content)
-        path = file_from_uri(checkpoint.uri)
-        assert path.read_bytes() == content
-        assert path.is_relative_to(node.settings.home / "artifacts" / scheduled.job_id / "1")
+        assert object_store.read(checkpoint.uri) == content
+        prefix = f"s3://gridledger/{job_prefix(TENANT, scheduled.job_id)}attempts/1/ckpt/"
+        assert checkpoint.uri == prefix + checkpoint.name
 
 
 async def test_cancel_stops_the_container_and_releases_compute(node: Harness):
@@ -214,27 +231,66 @@ async def test_the_runtime_limit_stops_the_process(node: Harness):
     assert only(events, ComputeReleased)[0].reason == "runtime_exceeded"
 
 
-async def test_resume_checkpoint_is_mounted_read_only(node: Harness, tmp_path: Path):
-    from schemas.types import CheckpointRef
-
-    ckpt = tmp_path / "artifacts" / "old-job" / "1" / "ckpt" / "step_7.pt"
-    ckpt.parent.mkdir(parents=True)
-    ckpt.write_text("resume me\n")
-    ref = CheckpointRef(
-        job_id="old-job", attempt=1, name="step_7.pt", uri=ckpt.as_uri(), sha256="x", bytes=10
+def _stored_checkpoint(node: Harness, tmp_path: Path, content: bytes) -> CheckpointRef:
+    """A checkpoint an earlier job of the tenant stored (through the store, as an agent does)."""
+    source = tmp_path / "step_7.pt"
+    source.write_bytes(content)
+    stored = S3Store(node.settings).put(TENANT, "old-job", 1, "ckpt/step_7.pt", source)
+    return CheckpointRef(
+        job_id="old-job",
+        attempt=1,
+        name="step_7.pt",
+        uri=stored.uri,
+        sha256=stored.sha256,
+        bytes=stored.bytes,
+        step=7,
     )
+
+
+async def test_resume_checkpoint_is_downloaded_verified_and_mounted_read_only(
+    node: Harness, tmp_path: Path, object_store: PrivateStore
+):
+    ref = _stored_checkpoint(node, tmp_path, b"resume me\n")
     spec = sh('cat "$GRIDLEDGER_RESUME_FROM"; echo x >> "$GRIDLEDGER_RESUME_FROM" || echo ro')
     events = await node.run(spec, gpu_count=0, resume_from=ref)
     exited = only(events, ProcessExited)[0]
     assert "resume me" in exited.last_log_lines and "ro" in exited.last_log_lines
-    assert ckpt.read_text() == "resume me\n"
+    assert object_store.read(ref.uri) == b"resume me\n"
 
 
-async def test_a_repeated_schedule_runs_once_and_a_failing_store_reports_store_failed(
-    idle_node: Harness,
+async def test_a_checkpoint_whose_bytes_changed_is_never_resumed_from(
+    node: Harness, tmp_path: Path, object_store: PrivateStore
+):
+    ref = _stored_checkpoint(node, tmp_path, b"step 7 weights\n")
+    object_store.overwrite(ref.uri, b"step 7 weightz\n")
+    events = await node.run(sh("echo must not run"), gpu_count=0, resume_from=ref)
+    assert "ContainerStarted" not in types(events)
+    failed = only(events, ContainerStartFailed)[0]
+    assert failed.error_kind == "checkpoint_checksum_mismatch"
+    assert ref.sha256 in failed.message and "step_7.pt" in failed.message
+    assert only(events, ComputeReleased)[0].reason == "start_failed"
+
+
+async def test_a_checkpoint_of_another_tenant_is_refused(node: Harness, tmp_path: Path):
+    ref = _stored_checkpoint(node, tmp_path, b"dev's weights\n")
+    events = await node.run(sh("echo must not run"), gpu_count=0, resume_from=ref, tenant="other")
+    failed = only(events, ContainerStartFailed)[0]
+    assert failed.error_kind == "resume_checkpoint_unavailable"
+    assert "not an object of tenant 'other'" in failed.message
+
+
+async def test_a_repeated_schedule_runs_once_and_a_denied_credential_reports_store_failed(
+    idle_node: Harness, object_store: PrivateStore
 ):
     node = idle_node
-    node.agent_settings = node.agent_settings.model_copy(update={"artifact_fail_glob": "model.pt"})
+    # The tenant's agent credential is revoked: the store answers, and refuses it.
+    creds = object_store.credentials
+    revoked = creds.tenants[TENANT].model_copy(
+        update={"agent": Credential(access_key="glrevoked0000", secret_key="x" * 40)}
+    )
+    denied = node.settings.home / "denied-credentials.json"
+    denied.write_text(CredentialsFile(tenants={**creds.tenants, TENANT: revoked}).model_dump_json())
+    node.settings = node.settings.model_copy(update={"s3_credentials_file": denied})
     await node.start()
     spec = sh(
         'echo w > "$GRIDLEDGER_OUTPUT_DIR/model.pt"; echo m > "$GRIDLEDGER_OUTPUT_DIR/m.json"',
@@ -245,10 +301,13 @@ async def test_a_repeated_schedule_runs_once_and_a_failing_store_reports_store_f
     events = await node.wait_for(scheduled.job_id, "ComputeReleased")
     assert types(events).count("AttemptAccepted") == 1
     assert types(events).count("ContainerStarted") == 1
-    failed = only(events, OutputFailed)[0]
-    assert (failed.path, failed.reason) == ("model.pt", "store_failed")
-    assert "test hook" in failed.message
-    assert [o.path for o in only(events, OutputStored)] == ["m.json"]
+    failed = only(events, OutputFailed)
+    assert [(f.path, f.reason) for f in failed] == [
+        ("model.pt", "store_failed"),
+        ("m.json", "store_failed"),
+    ]
+    assert "InvalidAccessKeyId" in failed[0].message
+    assert f"s3://gridledger/{job_prefix(TENANT, scheduled.job_id)}" in failed[0].message
     assert only(events, ProcessExited)[0].exit_code == 0
 
 

@@ -51,6 +51,8 @@ def _agent_process(node: Harness) -> subprocess.Popen[bytes]:
         "GRIDLEDGER_TOPIC_PREFIX": s.topic_prefix,
         "GRIDLEDGER_AGENT_CHECKPOINT_POLL_S": "0.3",
         "GRIDLEDGER_AGENT_STOP_GRACE_S": "2",
+        "GRIDLEDGER_S3_PORT": str(s.s3_port),
+        "GRIDLEDGER_S3_CREDENTIALS_FILE": str(s.s3_credentials_path),
     }
     command = [
         sys.executable, "-m", "services.agent",

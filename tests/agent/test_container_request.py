@@ -79,13 +79,16 @@ def test_gpus_are_requested_by_index_when_nvml_found_them(tmp_path: Path):
 
 
 def test_the_resume_checkpoint_is_mounted_and_named_in_the_env(tmp_path: Path):
-    ckpt = tmp_path / "artifacts" / "job-0" / "1" / "ckpt" / "step_5.pt"
-    ckpt.parent.mkdir(parents=True)
-    ckpt.write_bytes(b"x")
+    downloaded = tmp_path / "work" / "job-1.2" / "resume" / "step_5.pt"
     ref = CheckpointRef(
-        job_id="job-0", attempt=1, name="step_5.pt", uri=ckpt.as_uri(), sha256="s", bytes=1
+        job_id="job-0",
+        attempt=1,
+        name="step_5.pt",
+        uri="s3://gridledger/tenants/t/jobs/job-0/attempts/1/ckpt/step_5.pt",
+        sha256="s",
+        bytes=1,
     )
-    request = _runner(tmp_path, "declared", resume_from=ref)._container_request()
-    assert request.resume_file == ckpt
+    request = _runner(tmp_path, "declared", resume_from=ref)._container_request(downloaded)
+    assert request.resume_file == downloaded
     assert request.resume_target == "/gridledger/resume/step_5.pt"
     assert request.env["GRIDLEDGER_RESUME_FROM"] == "/gridledger/resume/step_5.pt"
