@@ -2,8 +2,9 @@
 
 Whatever kills brokers or Postgres on purpose (the chaos suite, the broker
 fault tests) runs on one of these, never on the stack everyone else uses. The
-Kafka jars of the shared home are linked, not fetched again; the Docker daemon
-is shared (it is only ever asked to run and remove containers).
+Kafka jars of the shared home are linked and its SeaweedFS binary reused, not
+fetched or built again; the Docker daemon is shared (it is only ever asked to
+run and remove containers).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import socket
 import tempfile
 from pathlib import Path
 
-from infra import kafka
+from infra import kafka, seaweedfs
 from infra.kafka import KafkaPaths
 from services.settings import Settings
 
@@ -27,6 +28,28 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def free_s3_base() -> int:
+    """A base port for a private object store: it, the next three ports and each of them
+    + 10000 are free (SeaweedFS's S3, master, volume and filer, and their gRPC ports)."""
+    for _ in range(100):
+        (base,) = free_ports(1)
+        if base > 65535 - 10003:
+            continue
+        ports = seaweedfs.Ports(base, base + 1, base + 2, base + 3).all()
+        if all(_bindable(p) for p in ports):
+            return base
+    raise RuntimeError("no free port range for a private object store")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def new_home(prefix: str = "gl-private-") -> Path:
@@ -51,7 +74,8 @@ def link_jars(shared: Settings, home: Path) -> bool:
 def private_settings(
     shared: Settings, home: Path, brokers: int = 1, **overrides: object
 ) -> Settings:
-    """Settings of a stack in ``home`` on free ports: ``brokers`` Kafka nodes and Postgres.
+    """Settings of a stack in ``home`` on free ports: ``brokers`` Kafka nodes, Postgres and
+    the object store.
 
     Everything else (partitions, timings) is taken from ``shared``; the API gets a
     free port too, so services started on this stack never collide with 8600.
@@ -70,6 +94,13 @@ def private_settings(
         "api_port": api_port,
         "api_url": "",
         "tokens_file": None,
+        "s3_port": free_s3_base(),
+        "s3_endpoint": "",
+        "s3_credentials_file": None,
+        # The shared home's binary when it has one (else this stack's `up` builds one).
+        "weed_binary": seaweedfs.SeaweedPaths.of(shared).binary
+        if seaweedfs.binary_cached(shared)
+        else None,
         **overrides,
     }
     return shared.model_copy(update=update)

@@ -67,7 +67,7 @@ class SeaweedPaths:
     @classmethod
     def of(cls, settings: Settings) -> SeaweedPaths:
         root = settings.home / "seaweedfs"
-        binary = settings.home / "bin" / "weed"
+        binary = settings.weed_binary or settings.home / "bin" / "weed"
         return cls(
             root=root,
             data=root / "data",
@@ -131,12 +131,16 @@ def find_go(settings: Settings) -> str:
     The toolchain comes from the Go module proxy as the module
     ``golang.org/toolchain`` (what ``go`` itself does with ``GOTOOLCHAIN``).
     """
-    candidates = [shutil.which("go"), "/usr/local/go/bin/go"]
     fetched = settings.home / "toolchain" / GO_TOOLCHAIN / "bin" / "go"
-    candidates.append(str(fetched))
-    for go in candidates:
+    for go in (shutil.which("go"), "/usr/local/go/bin/go", str(fetched)):
         if go and os.access(go, os.X_OK) and (_go_version(go) or (0, 0)) >= GO_MIN:
             return go
+    return fetch_toolchain(settings)
+
+
+def fetch_toolchain(settings: Settings) -> str:
+    """Download :data:`GO_TOOLCHAIN` from the Go module proxy into ``<home>/toolchain``."""
+    fetched = settings.home / "toolchain" / GO_TOOLCHAIN / "bin" / "go"
     version = f"v0.0.1-{GO_TOOLCHAIN}.linux-amd64"
     url = f"{_proxy()}/golang.org/toolchain/@v/{version}.zip"
     target = fetched.parent.parent
@@ -287,19 +291,20 @@ def _identity(name: str, cred: Credential, actions: list[str]) -> dict[str, Any]
     }
 
 
-def write_s3_config(settings: Settings) -> bool:
-    """Write ``s3.json`` from the credentials file; True when its content changed."""
-    paths = SeaweedPaths.of(settings)
+def write_s3_config(settings: Settings, target: Path | None = None) -> bool:
+    """Write SeaweedFS's identities (default ``<home>/seaweedfs/s3.json``) from the
+    credentials file; True when the content changed."""
+    target = target or SeaweedPaths.of(settings).s3_config
     text = json.dumps(
         render_s3_config(settings, CredentialsFile.load(settings.s3_credentials_path)), indent=2
     )
-    if paths.s3_config.is_file() and paths.s3_config.read_text() == text:
+    if target.is_file() and target.read_text() == text:
         return False
-    paths.root.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=paths.root, prefix=".s3.json.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     with os.fdopen(fd, "w") as f:
         f.write(text)
-    os.replace(tmp, paths.s3_config)
+    os.replace(tmp, target)
     return True
 
 

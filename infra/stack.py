@@ -73,6 +73,8 @@ def render_stack_env(settings: Settings) -> str:
         values["GRIDLEDGER_DOCKER_HOST"] = settings.docker_host
     if settings.s3_endpoint:
         values["GRIDLEDGER_S3_ENDPOINT"] = settings.s3_endpoint
+    if settings.weed_binary:
+        values["GRIDLEDGER_WEED_BINARY"] = str(settings.weed_binary)
     header = (
         "# Written by `gridledger dev up`; read by services.settings.load_settings().\n"
         "# GRIDLEDGER_* environment variables take precedence over these values.\n"

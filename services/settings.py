@@ -153,9 +153,15 @@ class Settings(BaseSettings):
     s3_endpoint: str = ""
     """S3 endpoint URL (AWS, GCS interoperability, Ceph RGW ...); empty means the local
     SeaweedFS that ``dev up`` runs on 127.0.0.1:``s3_port``."""
+    s3_public_endpoint: str = ""
+    """The store's address as users reach it, for the download URLs the API signs (a
+    signature covers the host); empty means the same as the services use."""
     s3_port: int = Field(8333, ge=1, le=65535 - 10003)
     """S3 port of the local SeaweedFS; its master, volume and filer servers listen on the
     next three ports, and each server's gRPC port is its HTTP port + 10000."""
+    weed_binary: Path | None = None
+    """A prebuilt SeaweedFS ``weed`` (with its ``weed.version`` stamp beside it); default
+    ``<home>/bin/weed``, built by ``dev up`` when missing."""
     s3_region: str = "us-east-1"
     s3_bucket: str = "gridledger"
     """One bucket; each tenant's objects live under ``tenants/<tenant>/``."""

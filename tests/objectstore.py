@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import shutil
 import signal
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -21,28 +19,10 @@ from typing import Any
 import pytest
 
 from infra import processes, seaweedfs, tokens
+from infra.private import free_s3_base
 from services import s3client
 from services.objectstore import CredentialsFile, ObjectRef
 from services.settings import Settings
-
-
-def free_base_port() -> int:
-    """A base port whose four HTTP ports and their gRPC ports (+10000) are all free."""
-    for _ in range(200):
-        base = random.randrange(20000, 29990)
-        ports = seaweedfs.Ports(base, base + 1, base + 2, base + 3).all()
-        if all(_bindable(p) for p in ports):
-            return base
-    raise RuntimeError("no free port range for a private SeaweedFS")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 class PrivateStore:
@@ -62,11 +42,12 @@ class PrivateStore:
             pytest.skip(message)
         # Not pytest's tmp_path: a short path outside it keeps logs easy to find on failure.
         self.home = Path(tempfile.mkdtemp(prefix="gl-s3-"))
-        (self.home / "bin").mkdir()
-        (self.home / "bin" / "weed").symlink_to(binary.binary)
-        shutil.copyfile(binary.stamp, self.home / "bin" / "weed.version")
         self.settings = Settings(
-            home=self.home, s3_port=free_base_port(), s3_max_attempts=2, s3_connect_timeout_s=2
+            home=self.home,
+            s3_port=free_s3_base(),
+            weed_binary=binary.binary,
+            s3_max_attempts=2,
+            s3_connect_timeout_s=2,
         )
         tokens.ensure_tokens(self.settings)
 

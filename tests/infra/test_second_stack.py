@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from infra import docker_daemon, kafka, postgres, processes
+from infra import docker_daemon, kafka, postgres, processes, seaweedfs
 from infra.kafka import KafkaPaths
+from infra.private import free_s3_base
 from services.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -49,6 +50,7 @@ class SecondStack:
             "GRIDLEDGER_KAFKA_BOOTSTRAP": f"127.0.0.1:{kafka_port}",
             "GRIDLEDGER_KAFKA_CONTROLLER_PORT": str(controller_port),
             "GRIDLEDGER_PG_PORT": str(pg_port),
+            "GRIDLEDGER_S3_PORT": str(free_s3_base()),
         }
 
     def dev(
@@ -83,6 +85,9 @@ def second_stack(settings: Settings) -> Iterator[SecondStack]:
         (home / "kafka").mkdir()
         (home / "kafka" / "lib").symlink_to(shared_lib)
     stack = SecondStack(home)
+    if seaweedfs.binary_cached(settings):
+        # Reuse the shared stack's SeaweedFS binary: its build is not under test here.
+        stack.env["GRIDLEDGER_WEED_BINARY"] = str(seaweedfs.SeaweedPaths.of(settings).binary)
     try:
         yield stack
     finally:
@@ -95,11 +100,16 @@ def test_second_up_restarts_nothing(second_stack):
     assert "started and ready" in first.stdout
     before = second_stack.status()
     assert before["kafka"]["running"] and before["postgres"]["running"]
+    store = before["s3"]
+    assert store["running"] and store["pid"] and store["started_by_us"]
+    assert store["address"].startswith(f"http://127.0.0.1:{second_stack.env['GRIDLEDGER_S3_PORT']}")
+    assert store["log"] == str(second_stack.home / "logs" / "seaweedfs.log")
 
     again = second_stack.dev("up")
     after = second_stack.status()
-    for name in ("kafka", "postgres", "docker"):
+    for name in ("kafka", "postgres", "docker", "s3"):
         assert after[name]["pid"] == before[name]["pid"], name
+    assert "already running, bucket answered" in again.stdout
     assert "already running, answered a metadata request" in again.stdout
     assert "already running, answered SELECT 1" in again.stdout
     assert "started and ready" not in again.stdout
@@ -119,6 +129,7 @@ def test_down_stops_only_what_up_started(second_stack, settings):
     assert "not started by gridledger, left running" in down.stdout
     assert not processes.is_alive(ours["kafka"]["pid"])
     assert not processes.is_alive(ours["postgres"]["pid"])
+    assert not processes.is_alive(ours["s3"]["pid"])
     after = second_stack.status()
     assert not after["kafka"]["running"] and not after["postgres"]["running"]
     assert second_stack.dev("status", check=False).returncode == 1

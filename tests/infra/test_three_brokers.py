@@ -210,6 +210,8 @@ def test_dev_up_brokers_3_shows_each_broker_and_dev_down_stops_them_all():
         "GRIDLEDGER_KAFKA_BOOTSTRAP": ours.kafka_bootstrap,
         "GRIDLEDGER_KAFKA_CONTROLLER_PORTS": ours.kafka_controller_ports,
         "GRIDLEDGER_PG_PORT": str(ours.pg_port),
+        "GRIDLEDGER_S3_PORT": str(ours.s3_port),
+        **({"GRIDLEDGER_WEED_BINARY": str(ours.weed_binary)} if ours.weed_binary else {}),
     }
 
     def dev(*args: str) -> subprocess.CompletedProcess[str]:
