@@ -14,8 +14,10 @@ attempted, where, and what the store (or the network) said, e.g.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +33,7 @@ from services.objectstore import (
     CredentialsFile,
     ObjectRef,
     ObjectStoreError,
+    Role,
     tenant_prefix,
 )
 from services.settings import Settings
@@ -52,8 +55,8 @@ _ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def make_client(settings: Settings, credential: Credential) -> Any:
-    """A thread-safe S3 client for one credential."""
+def make_client(settings: Settings, credential: Credential, endpoint: str = "") -> Any:
+    """A thread-safe S3 client for one credential (at ``endpoint``, default ``s3_url``)."""
     config = Config(
         region_name=settings.s3_region,
         signature_version="s3v4",
@@ -68,11 +71,51 @@ def make_client(settings: Settings, credential: Credential) -> Any:
     )
     return boto3.session.Session().client(
         "s3",
-        endpoint_url=settings.s3_url,
+        endpoint_url=endpoint or settings.s3_url,
         aws_access_key_id=credential.access_key,
         aws_secret_access_key=credential.secret_key,
         config=config,
     )
+
+
+class TenantClients:
+    """One client per tenant for one role, from the credentials file.
+
+    The file is read again when it changes (``dev up`` adds tenants to it); a
+    tenant's client is made once per version of the file.
+    """
+
+    def __init__(self, settings: Settings, role: Role, endpoint: str = "") -> None:
+        self.settings = settings
+        self.role = role
+        self.endpoint = endpoint
+        self._lock = threading.Lock()
+        self._clients: dict[str, Any] = {}
+        self._creds: CredentialsFile | None = None
+        self._stamp: tuple[int, int] | None = None
+
+    def credentials(self) -> CredentialsFile:
+        path = self.settings.s3_credentials_path
+        with self._lock:
+            stamp = None
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                stamp = (st.st_mtime_ns, st.st_size)
+            if self._creds is None or stamp != self._stamp:
+                self._creds = CredentialsFile.load(path)
+                self._stamp = stamp
+                self._clients.clear()
+            return self._creds
+
+    def client(self, tenant: str) -> Any:
+        """The tenant's client; ObjectStoreError naming the file when it has no credential."""
+        creds = self.credentials()
+        with self._lock:
+            if tenant not in self._clients:
+                path = self.settings.s3_credentials_path
+                credential = creds.credential(tenant, self.role, path)
+                self._clients[tenant] = make_client(self.settings, credential, self.endpoint)
+            return self._clients[tenant]
 
 
 def describe(exc: BaseException) -> str:

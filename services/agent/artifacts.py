@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from services import s3client
 from services.agent.errors import ArtifactChecksumError, ArtifactStoreError
-from services.objectstore import CredentialsFile, ObjectRef, ObjectStoreError, object_key
+from services.objectstore import ObjectRef, ObjectStoreError, object_key
 from services.ops import metrics
 from services.settings import Settings
 
@@ -60,18 +59,11 @@ def checkpoint_step(name: str) -> int | None:
 
 
 class S3Store:
-    """Artifacts as objects under the tenant's prefix, written with the tenant's agent credential.
-
-    The credentials file is read again when it changes (``dev up`` adds tenants to it),
-    and each tenant's client is made once.
-    """
+    """Artifacts as objects under the tenant's prefix, written with its agent credential."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._lock = threading.Lock()
-        self._clients: dict[str, Any] = {}
-        self._creds: CredentialsFile | None = None
-        self._creds_stamp: tuple[int, int] | None = None
+        self._clients = s3client.TenantClients(settings, "agent")
 
     def put(
         self, tenant: str, job_id: str, attempt: int, path: str, source: Path
@@ -107,20 +99,7 @@ class S3Store:
             raise ArtifactStoreError(f"writing {uri} to {target} failed: {exc}") from exc
 
     def _client(self, tenant: str) -> Any:
-        path = self.settings.s3_credentials_path
-        with self._lock:
-            stamp = None
-            with contextlib.suppress(OSError):
-                st = path.stat()
-                stamp = (st.st_mtime_ns, st.st_size)
-            if self._creds is None or stamp != self._creds_stamp:
-                self._creds = CredentialsFile.load(path)
-                self._creds_stamp = stamp
-                self._clients.clear()
-            if tenant not in self._clients:
-                credential = self._creds.credential(tenant, "agent", path)
-                self._clients[tenant] = s3client.make_client(self.settings, credential)
-            return self._clients[tenant]
+        return self._clients.client(tenant)
 
 
 class MeteredStore:

@@ -22,10 +22,11 @@ from pydantic import ValidationError
 
 from schemas.events import CancelRequested, JobSubmitted, new_event_id
 from schemas.views import JOB_STATUSES, TERMINAL_STATUSES
-from services.api import auth, errors, idempotency, problems, queries
+from services.api import artifacts, auth, errors, idempotency, problems, queries
 from services.api.logs import serve_logs
 from services.api.openapi import openapi_document
 from services.ledger.client import Ledger
+from services.objectstore import ObjectRef, ObjectStoreError
 from services.ops.checks import close_checks
 from services.ops.logs import log_context
 from services.ops.server import OpsEndpoints, request_metrics
@@ -40,6 +41,7 @@ LEDGER = web.AppKey("ledger", Ledger)
 POOL = web.AppKey("pool", asyncpg.Pool)
 PRODUCER = web.AppKey("producer", str)
 SUBMISSIONS = web.AppKey("submissions", idempotency.Submissions)
+SIGNER = web.AppKey("signer", artifacts.Signer)
 
 
 def new_job_id() -> str:
@@ -305,6 +307,64 @@ async def get_accounting(request: web.Request) -> web.Response:
     return web.json_response(record, dumps=_json_text)
 
 
+async def list_artifacts(request: web.Request) -> web.Response:
+    """The outputs and checkpoints the job stored: kind, path, attempt, size, sha256, expiry."""
+    row = await _own_job(request)
+    found = await artifacts.of_job(request.app[POOL], row["job_id"])
+    days = request.app[SIGNER].retention_days(row["tenant"])
+    return web.json_response(
+        {
+            "job_id": row["job_id"],
+            "retention_days": days,
+            "artifacts": [a.to_json(days) for a in found],
+        },
+        dumps=_json_text,
+    )
+
+
+async def artifact_url(request: web.Request) -> web.Response:
+    """A short-lived download URL for one stored artifact (``?path=``, optional ``&attempt=``)."""
+    row = await _own_job(request)
+    path = request.query.get("path", "")
+    try:
+        attempt = int(request.query["attempt"]) if "attempt" in request.query else None
+    except ValueError:
+        return problem_response(
+            422, [problems.Problem("attempt", "not a number", "use 1, 2, ...")], "invalid_query"
+        )
+    if not path:
+        return problem_response(
+            422,
+            [problems.Problem("path", "missing", "give ?path= as listed by GET .../artifacts")],
+            "invalid_query",
+        )
+    stored = await artifacts.of_job(request.app[POOL], row["job_id"])
+    found = artifacts.choose(stored, path, attempt)
+    if found is None:
+        which = f" of attempt {attempt}" if attempt is not None else ""
+        raise web.HTTPNotFound(
+            text=_json_text(
+                {
+                    "error": "not_found",
+                    "detail": f"job {row['job_id']} stored no {path}{which}; "
+                    f"`gridledger outputs {row['job_id']}` lists what it stored",
+                }
+            ),
+            content_type="application/json",
+        )
+    if not ObjectRef.parse(found.uri).owned_by(row["tenant"]):
+        # A history naming another tenant's object is never a way to read it.
+        raise not_found(row["job_id"])
+    try:
+        signed = await asyncio.to_thread(request.app[SIGNER].sign, row["tenant"], found)
+    except ObjectStoreError as exc:
+        raise web.HTTPServiceUnavailable(
+            text=_json_text({"error": "object_store_unavailable", "detail": str(exc)}),
+            content_type="application/json",
+        ) from exc
+    return web.json_response(signed, dumps=_json_text)
+
+
 async def list_accounting(request: web.Request) -> web.Response:
     records = await queries.tenant_accounting(request.app[POOL], _tenant(request), 1000)
     return web.json_response({"records": records, "count": len(records)})
@@ -386,12 +446,15 @@ def build_app(
     app[POOL] = pool
     app[PRODUCER] = f"api/{socket.gethostname()}"
     app[SUBMISSIONS] = idempotency.Submissions()
+    app[SIGNER] = artifacts.Signer(settings)
     app.router.add_post("/v1/jobs", submit_job)
     app.router.add_get("/v1/jobs", list_jobs)
     app.router.add_get("/v1/jobs/{job_id}", get_job)
     app.router.add_get("/v1/jobs/{job_id}/events", get_events)
     app.router.add_get("/v1/jobs/{job_id}/logs", get_logs)
     app.router.add_get("/v1/jobs/{job_id}/accounting", get_accounting)
+    app.router.add_get("/v1/jobs/{job_id}/artifacts", list_artifacts)
+    app.router.add_get("/v1/jobs/{job_id}/artifacts/url", artifact_url)
     app.router.add_post("/v1/jobs/{job_id}/cancel", cancel_job)
     app.router.add_get("/v1/accounting", list_accounting)
     app.router.add_get("/v1/nodes", list_nodes)

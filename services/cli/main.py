@@ -16,6 +16,7 @@ import click
 
 from schemas.errors import GridledgerError
 from services.cli import agent as agent_cli
+from services.cli import artifacts as artifacts_cli
 from services.cli import bench as bench_cli
 from services.cli import demo as demo_cli
 from services.cli import dev as dev_cli
@@ -34,6 +35,7 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     jobs_cli,
     logs_cli,
     usage_cli,
+    artifacts_cli,
     nodes_cli,
     demo_cli,
     dev_cli,

@@ -16,6 +16,7 @@ from services.api.app import build_app
 from services.ledger import Ledger
 from services.settings import Settings
 from services.sink.consumer import Sink, build_sink
+from tests.objectstore import PrivateStore
 from tests.sink.pg import private_schema
 
 DEV_TOKEN = "tok-dev"
@@ -41,12 +42,12 @@ def write_tokens(path: Path) -> Path:
 
 
 @pytest_asyncio.fixture
-async def api(topics: Settings, tmp_path: Path) -> AsyncIterator[Api]:
-    settings = topics.model_copy(
-        update={
-            "tokens_file": write_tokens(tmp_path / "tokens.json"),
-            "log_follow_grace_s": 0.5,
-        }
+async def api(topics: Settings, tmp_path: Path, object_store: PrivateStore) -> AsyncIterator[Api]:
+    # The API signs download URLs with the object store's reader credentials.
+    settings = object_store.service_settings(
+        topics,
+        tokens_file=write_tokens(tmp_path / "tokens.json"),
+        log_follow_grace_s=0.5,
     )
     async with private_schema(settings) as (scoped, pool), Ledger(scoped, "test") as ledger:
         sink = await build_sink(scoped, ledger, pool)
