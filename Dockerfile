@@ -9,7 +9,10 @@ COPY projections ./projections
 COPY services ./services
 COPY infra ./infra
 COPY bench ./bench
+# The folders exist in the image owned by the service user, so the named volumes mounted
+# on them start out writable by it (Docker copies a new volume's ownership from the image).
 RUN pip install . && useradd --system --home /var/lib/gridledger gridledger \
-    && mkdir -p /var/lib/gridledger && chown gridledger /var/lib/gridledger
+    && mkdir -p /var/lib/gridledger /etc/gridledger \
+    && chown gridledger /var/lib/gridledger /etc/gridledger
 USER gridledger
 ENTRYPOINT ["gridledger"]

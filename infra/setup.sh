@@ -5,8 +5,11 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DEBIAN_FRONTEND=noninteractive
 
-PACKAGES=(docker.io debootstrap busybox-static postgresql openjdk-17-jre-headless maven
-          ca-certificates python3 python3-venv make)
+# docker-compose: `docker-compose config` validates docker-compose.yml (tests, .ci/run).
+# Go is not a package here (Debian 12 ships 1.19): `dev up` uses an installed Go >= 1.21
+# or fetches the toolchain from the Go module proxy to build SeaweedFS (infra/seaweedfs.py).
+PACKAGES=(docker.io docker-compose debootstrap busybox-static postgresql openjdk-17-jre-headless
+          maven ca-certificates python3 python3-venv make)
 
 missing=()
 for package in "${PACKAGES[@]}"; do

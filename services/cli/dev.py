@@ -1,20 +1,25 @@
-"""``gridledger dev up|down|status|topics``: the local stack of infra/ (Kafka, Postgres, Docker)."""
+"""``gridledger dev up|down|status|topics|init|bucket``: the local stack of infra/ (Kafka,
+Postgres, the object store, Docker), and the first-start steps of other deployments."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import click
 
-from infra import stack
+from infra import seaweedfs, stack, tokens
 from infra.status import ComponentStatus
 from infra.topics import ensure_topics
+from schemas.errors import GridledgerError
+from services import s3client
 from services.cli.options import Output, output_options
+from services.objectstore import CredentialsFile
 from services.settings import load_settings
 
 
-@click.group("dev", short_help="start, stop or inspect the local stack (Kafka, Postgres, Docker)")
+@click.group("dev", short_help="start, stop or inspect the local stack (Kafka, Postgres, S3 ...)")
 def dev() -> None:
     """The local stack used by services and tests.
 
@@ -88,6 +93,45 @@ def topics(out: Output) -> int:
         {"topics": dict(sorted(created.items()))},
         lambda data: "\n".join(f"{n}: {p} partitions" for n, p in data["topics"].items()),
     )
+    return 0
+
+
+@dev.command("init", short_help="first start of a deployment: tokens and S3 credentials")
+@click.option(
+    "--s3-identities",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="also write SeaweedFS's -s3.config (its identities) here",
+)
+def init(s3_identities: Path | None) -> int:
+    """Write the API tokens and the per-tenant object-store credentials unless they exist.
+
+    For deployments whose parts `dev up` does not start (docker-compose). Existing files
+    are kept: tokens and credentials stay valid across restarts.
+    """
+    settings = load_settings()
+    wrote = tokens.ensure_tokens(settings)
+    click.echo(f"tokens:         {settings.tokens_path} ({'created' if wrote else 'kept'})")
+    wrote = seaweedfs.ensure_credentials(settings)
+    click.echo(f"s3 credentials: {settings.s3_credentials_path} ({'written' if wrote else 'kept'})")
+    if s3_identities is not None:
+        wrote = seaweedfs.write_s3_config(settings, s3_identities)
+        click.echo(f"s3 identities:  {s3_identities} ({'written' if wrote else 'kept'})")
+    return 0
+
+
+@dev.command("bucket", short_help="create the artifact bucket and its retention rules")
+def bucket() -> int:
+    """Create the bucket on GRIDLEDGER_S3_ENDPOINT with the admin credential, check that
+    writes work, and set each tenant's retention (for docker-compose)."""
+    settings = load_settings()
+    admin = CredentialsFile.load(settings.s3_credentials_path).admin
+    if admin is None:
+        raise GridledgerError(
+            f"{settings.s3_credentials_path} has no admin credential; create the bucket "
+            f"{settings.s3_bucket} yourself (it is not gridledger's to create on this store)"
+        )
+    s3client.ensure_bucket(settings, admin)
+    click.echo(f"bucket {settings.s3_bucket} ready on {settings.s3_url}")
     return 0
 
 
