@@ -44,7 +44,7 @@ class Run:
         return self.result.jobs[key]
 
     def accounting(self, key: str) -> dict[str, Any]:
-        return self.demo.client.get(f"/v1/jobs/{self.result.ids[key]}/accounting")
+        return self.demo.client_for(key).get(f"/v1/jobs/{self.result.ids[key]}/accounting")
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, **settings_env(self.settings), "NO_COLOR": "1"}
@@ -194,7 +194,7 @@ def test_every_job_has_exactly_one_terminal_event(run: Run) -> None:
         "JobRejected",
     }
     for key, job_id in run.result.ids.items():
-        events = run.demo.client.get(f"/v1/jobs/{job_id}/events")["events"]
+        events = run.demo.client_for(key).get(f"/v1/jobs/{job_id}/events")["events"]
         terminals = [e["type"] for e in events if e["type"] in terminal_types]
         assert len(terminals) == 1, (key, terminals)
 
@@ -202,3 +202,17 @@ def test_every_job_has_exactly_one_terminal_event(run: Run) -> None:
 def test_replay_verify_agrees_with_the_live_ledger(run: Run) -> None:
     verify = run.cli("replay", "--verify", "--catch-up", "60")
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_outputs_live_in_the_object_store_and_a_refused_upload_names_the_stores_error(
+    run: Run,
+) -> None:
+    trained = run.result.ids["train-ok"]
+    listing = run.demo.client_for("train-ok").get(f"/v1/jobs/{trained}/artifacts")
+    stored = {(a["kind"], a["path"]) for a in listing["artifacts"]}
+    assert ("output", "model.pt") in stored
+    assert {("checkpoint", f"ckpt/step-{i}.pt") for i in (1, 2, 3)} <= stored
+    assert all(a["uri"].startswith("s3://") for a in listing["artifacts"])
+    # The store itself refused the revoked credential of the upload-fails job's tenant.
+    summary = run.doc("upload-fails")["failure"]["summary"]
+    assert "report.txt" in summary and "InvalidAccessKeyId" in summary
