@@ -358,10 +358,13 @@ async def artifact_url(request: web.Request) -> web.Response:
     try:
         signed = await asyncio.to_thread(request.app[SIGNER].sign, row["tenant"], found)
     except ObjectStoreError as exc:
-        raise web.HTTPServiceUnavailable(
-            text=_json_text({"error": "object_store_unavailable", "detail": str(exc)}),
-            content_type="application/json",
-        ) from exc
+        return errors.problem(
+            503,
+            "object_store_unavailable",
+            "No download URL can be signed for now",
+            f"{exc}. The artifact is recorded and kept; ask again once the store's "
+            "credentials are in place.",
+        )
     return web.json_response(signed, dumps=_json_text)
 
 

@@ -77,6 +77,13 @@ class PrivateStack:
             "GRIDLEDGER_KAFKA_CONTROLLER_PORT": str(self.settings.kafka_controller_port),
             "GRIDLEDGER_PG_PORT": str(self.settings.pg_port),
             "GRIDLEDGER_API_PORT": str(self.settings.api_port),
+            # Its own object store ports, and the shared home's SeaweedFS binary.
+            "GRIDLEDGER_S3_PORT": str(self.settings.s3_port),
+            **(
+                {"GRIDLEDGER_WEED_BINARY": str(self.settings.weed_binary)}
+                if self.settings.weed_binary
+                else {}
+            ),
         }
         # No restart policy: a service that exits fails the test instead of coming back.
         self.services = Supervisor(self.settings, self.home / "service-logs")
