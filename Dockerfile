@@ -1,6 +1,9 @@
 # One image for every gridledger service (api, scheduler, processors, sink, agent).
 # The command picks the service: `gridledger api`, `gridledger agent ...`, etc.
-FROM python:3.11-slim-bookworm
+# BASE: any image with Python 3.11 and pip on PATH (tests/e2e/test_compose_up.py builds
+# one from Debian packages when no registry is reachable: deploy/local/pybase.Dockerfile).
+ARG BASE=python:3.11-slim-bookworm
+FROM ${BASE}
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 GRIDLEDGER_HOME=/var/lib/gridledger
 WORKDIR /app
 COPY pyproject.toml README.md ./
