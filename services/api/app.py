@@ -283,6 +283,24 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
             [problems.Problem("stream", f"unknown stream {stream}", "use stdout|stderr|system")],
             "invalid_query",
         )
+    try:
+        since = datetime.fromisoformat(query["since"]) if "since" in query else None
+    except ValueError:
+        return problem_response(
+            422,
+            [problems.Problem("since", "not an ISO 8601 time", "use e.g. 2026-12-01T10:00:00Z")],
+            "invalid_query",
+        )
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    try:
+        tail = int(query["tail"]) if "tail" in query else None
+        if tail is not None and tail < 0:
+            raise ValueError(tail)
+    except ValueError:
+        return problem_response(
+            422, [problems.Problem("tail", "not a line count", "use 0, 1, 2, ...")], "invalid_query"
+        )
     ndjson = query.get("format") == "ndjson" or "application/x-ndjson" in request.headers.get(
         "Accept", ""
     )
@@ -296,6 +314,8 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
         stream=stream,
         ndjson=ndjson,
         follow=query.get("follow", "").lower() in ("1", "true", "yes"),
+        since=since,
+        tail=tail,
     )
 
 

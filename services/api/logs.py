@@ -6,6 +6,10 @@ appended it, without waiting for the sink. Chunks already served from Postgres
 are skipped by their ``(attempt, stream, seq)``. When the job turns terminal the
 stream stays open ``log_follow_grace_s`` for late chunks, then serves whatever
 the sink recorded that the follower missed, and closes.
+
+``since`` keeps chunks read at or after a time and ``tail`` only the last N
+lines (the first chunk served is cut to them); what they leave out is never
+served by the live part either.
 """
 
 from __future__ import annotations
@@ -92,6 +96,38 @@ class LogWriter:
         await self.response.write_eof()
 
 
+def _key(chunk: dict[str, Any]) -> ChunkKey:
+    return (chunk["attempt"], chunk["stream"], chunk["seq"])
+
+
+def select_chunks(
+    chunks: list[dict[str, Any]], since: datetime | None, tail: int | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(chunks to serve, chunks cut): those read before ``since`` are cut, then all but
+    the last ``tail`` lines. ``chunks`` are in serving order."""
+    kept = [c for c in chunks if since is None or c["occurred_at"] >= since]
+    if tail is not None:
+        lines = 0
+        start = len(kept)
+        while start > 0 and lines < tail:
+            start -= 1
+            lines += kept[start]["line_count"]
+        kept = kept[start:]
+        if lines > tail:
+            first = dict(kept[0])
+            data = str(first["data"])
+            drop = min(lines - tail, data.count("\n"))
+            cut_at = 0
+            for _ in range(drop):  # line_count counts newlines: cut after the drop-th one
+                cut_at = data.index("\n", cut_at) + 1
+            first["data"] = data[cut_at:]
+            first["first_line"] += drop
+            first["line_count"] -= drop
+            kept[0] = first
+    kept_keys = {_key(c) for c in kept}
+    return kept, [c for c in chunks if _key(c) not in kept_keys]
+
+
 async def serve_logs(
     request: web.Request,
     *,
@@ -103,16 +139,22 @@ async def serve_logs(
     stream: str | None,
     ndjson: bool,
     follow: bool,
+    since: datetime | None = None,
+    tail: int | None = None,
 ) -> web.StreamResponse:
     response = web.StreamResponse(
         headers={"Content-Type": NDJSON if ndjson else TEXT, "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
     writer = LogWriter(response, ndjson)
-    await writer.write(await queries.log_chunks(pool, job_id, attempt, stream))
+    served, cut = select_chunks(
+        await queries.log_chunks(pool, job_id, attempt, stream), since, tail
+    )
+    writer.sent.update(_key(c) for c in cut)  # never served later by the follow either
+    await writer.write(served)
     status = await queries.job_status(pool, job_id)
     if follow:
-        status = await _follow(writer, settings, pool, ledger, job_id, attempt, stream)
+        status = await _follow(writer, settings, pool, ledger, job_id, attempt, stream, since)
     await writer.end(status)
     return response
 
@@ -125,6 +167,7 @@ async def _follow(
     job_id: str,
     attempt: int | None,
     stream: str | None,
+    since: datetime | None,
 ) -> str | None:
     queue: asyncio.Queue[LogChunk] = asyncio.Queue()
 
@@ -135,6 +178,7 @@ async def _follow(
                 isinstance(chunk, LogChunk)
                 and (attempt is None or chunk.attempt == attempt)
                 and (stream is None or chunk.stream == stream)
+                and (since is None or chunk.occurred_at >= since)
             ):
                 queue.put_nowait(chunk)
 
@@ -170,5 +214,6 @@ async def _follow(
         with contextlib.suppress(asyncio.CancelledError):
             await follower
     # Anything the sink recorded that the follower had not delivered yet.
-    await writer.write(await queries.log_chunks(pool, job_id, attempt, stream))
+    late, _ = select_chunks(await queries.log_chunks(pool, job_id, attempt, stream), since, None)
+    await writer.write(late)
     return status

@@ -1,7 +1,9 @@
 """The CLI's HTTP client for the API (standard library only, synchronous).
 
-Token: ``--token``, else ``GRIDLEDGER_TOKEN``, else the ``dev`` tenant's token
-in the dev tokens file that ``gridledger dev up`` writes.
+Which URL and token the job commands use is decided in :mod:`services.cli.config`
+(flag, environment, profile, local stack). :func:`resolve_token` and
+:func:`base_url` serve the demo and the benchmarks, which talk to the local
+stack they started.
 """
 
 from __future__ import annotations
@@ -14,41 +16,30 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.errors import GridledgerError
+from services.cli.config import dev_token, local_api_url, no_token_advice
+from services.cli.exits import CliError, Exit, for_http_status
 from services.settings import Settings
 
 
-class ApiError(GridledgerError):
+class ApiError(CliError):
     """The API answered with an error status; ``body`` holds its JSON when there was one."""
 
     def __init__(self, status: int, message: str, body: Any = None) -> None:
-        super().__init__(message)
+        super().__init__(message, for_http_status(status))
         self.status = status
         self.body = body
 
 
 def resolve_token(settings: Settings, explicit: str | None) -> str:
-    if explicit:
-        return explicit
-    if os.environ.get("GRIDLEDGER_TOKEN"):
-        return os.environ["GRIDLEDGER_TOKEN"]
-    path = settings.tokens_path
-    try:
-        tokens = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise GridledgerError(
-            f"no API token: pass --token, set GRIDLEDGER_TOKEN, or start the dev stack "
-            f"(`gridledger dev up` writes {path}) ({exc})"
-        ) from exc
-    for token, tenant in tokens.items():
-        if tenant == "dev":
-            return str(token)
-    raise GridledgerError(f"{path} has no token for tenant 'dev'; pass --token")
+    token = explicit or os.environ.get("GRIDLEDGER_TOKEN") or dev_token(settings)
+    if not token:
+        raise CliError(no_token_advice(settings), Exit.NOT_AUTHORISED)
+    return token
 
 
 def base_url(settings: Settings, explicit: str | None) -> str:
-    url = explicit or os.environ.get("GRIDLEDGER_API_URL") or settings.api_url
-    return (url or f"http://{settings.api_host}:{settings.api_port}").rstrip("/")
+    url = explicit or os.environ.get("GRIDLEDGER_API_URL") or local_api_url(settings)
+    return url.rstrip("/")
 
 
 @dataclass
@@ -56,6 +47,8 @@ class ApiClient:
     base: str
     token: str
     timeout: float = 30.0
+    token_from: str = ""
+    """Where the token came from (flag, variable, profile), named when the API refuses it."""
 
     def _request(
         self,
@@ -81,11 +74,16 @@ class ApiClient:
                 payload = json.loads(raw)
             except ValueError:
                 payload = None
-            raise ApiError(exc.code, _message(exc.code, payload, raw), payload) from None
+            message = _message(exc.code, payload, raw)
+            if exc.code == 401 and self.token_from:
+                message += f" (the token came from {self.token_from})"
+            raise ApiError(exc.code, message, payload) from None
         except (urllib.error.URLError, OSError) as exc:
-            raise GridledgerError(
-                f"cannot reach the gridledger API at {self.base}: {exc}. "
-                "Start it with `gridledger api` (and the sink with `gridledger sink`)"
+            raise CliError(
+                f"cannot reach the gridledger API at {self.base}: {exc}. Check the URL "
+                "(--api, GRIDLEDGER_API_URL or the profile); on the local stack, start it with "
+                "`gridledger api` (and the sink with `gridledger sink`)",
+                Exit.API_UNREACHABLE,
             ) from exc
 
     def get(self, path: str) -> Any:

@@ -5,16 +5,26 @@ from __future__ import annotations
 import json
 import sys
 import time
-from datetime import datetime
+import urllib.parse
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 
-from schemas.views import TERMINAL_STATUSES
+from schemas.views import JOB_STATUSES, TERMINAL_STATUSES
+from services.agent.settings import AgentSettings
 from services.cli import render
 from services.cli.client import ApiClient, ApiError
+from services.cli.exits import CliError, Exit
 from services.cli.explain import STATUS_LINES, explain
-from services.cli.options import Connection, Output, api_options, output_options
+from services.cli.options import (
+    Connection,
+    Output,
+    api_options,
+    complete_job,
+    output_options,
+)
 
 # --------------------------------------------------------------------------- submit
 
@@ -57,7 +67,7 @@ def submit(
                 click.echo(f"{file}: the spec was not accepted:", err=True)
                 for p in exc.body.get("problems", []):
                     click.echo(f"  {p['field']}: {p['problem']}\n    fix: {p['fix']}", err=True)
-            return 2
+            return Exit.INVALID_SPEC
         raise
     job_id = created["job_id"]
     if not wait_end:
@@ -69,14 +79,14 @@ def submit(
                 out.emit(job)
             else:
                 click.echo(explain(job), err=True)
-            return 1
+            return Exit.JOB_FAILED
         out.emit(created, lambda c: str(c["job_id"]))
         return 0
     if not out.machine:
         click.echo(f"submitted {render.bold(job_id)}", err=True)
     job = wait(api, job_id, quiet=out.machine)
     out.emit(job, explain)
-    return 0 if job.get("status") == "succeeded" else 1
+    return Exit.OK if job.get("status") == "succeeded" else Exit.JOB_FAILED
 
 
 def _past_preflight(api: ApiClient, job_id: str, timeout_s: float = 5.0) -> dict[str, Any] | None:
@@ -123,8 +133,19 @@ def wait(
 
 # --------------------------------------------------------------------------- status
 
+PAGE_MAX = 500
+"""The API's largest page (``GET /v1/jobs?limit=``)."""
 
-def _jobs_table(jobs: list[dict[str, Any]]) -> str:
+
+def _statuses(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> list[str]:
+    chosen = [s.strip() for v in value for s in v.split(",") if s.strip()]
+    unknown = sorted(set(chosen) - set(JOB_STATUSES))
+    if unknown:
+        raise click.BadParameter(f"unknown {', '.join(unknown)}; use {', '.join(JOB_STATUSES)}")
+    return chosen
+
+
+def _jobs_table(jobs: list[dict[str, Any]], clock: render.Clock) -> str:
     rows = [
         [
             j["job_id"],
@@ -132,15 +153,16 @@ def _jobs_table(jobs: list[dict[str, Any]]) -> str:
             j["name"],
             j["image"],
             j["attempt"],
-            (j["submitted_at"] or "")[:19],
+            clock.format(j["submitted_at"]),
             j["failure_class"],
         ]
         for j in jobs
     ]
-    return render.table(["JOB", "STATUS", "NAME", "IMAGE", "ATT", "SUBMITTED", "FAILURE"], rows)
+    headers = ["JOB", "STATUS", "NAME", "IMAGE", "ATT", clock.header("SUBMITTED"), "FAILURE"]
+    return render.table(headers, rows)
 
 
-def _job_text(job: dict[str, Any]) -> str:
+def _job_text(job: dict[str, Any], clock: render.Clock) -> str:
     lines = [
         f"{render.bold(job['job_id'])}  {render.status(job['status'])}",
         f"  {STATUS_LINES.get(job['status'], '')}",
@@ -149,6 +171,8 @@ def _job_text(job: dict[str, Any]) -> str:
     lines.append(
         f"  image {spec.get('image', '')}, {spec.get('resources', {}).get('gpus', 0)} GPU(s)"
     )
+    if job.get("submitted_at"):
+        lines.append(f"  submitted {clock.stamp(job['submitted_at'])}")
     for a in job.get("attempts") or []:
         lines.append(f"  attempt {a['attempt']}: {a['status']} {a.get('node_id') or ''}".rstrip())
     failure = job.get("failure")
@@ -167,24 +191,178 @@ def _job_text(job: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@click.command("status", short_help="a job's status, or your jobs")
-@click.argument("job", required=False)
+@dataclass
+class JobPage:
+    jobs: list[dict[str, Any]]
+    next_cursor: str | None
+    """Where the listing continues; None when the last job was shown."""
+
+
+def list_jobs(
+    api: ApiClient,
+    statuses: list[str],
+    limit: int | None,
+    cursor: str | None = None,
+) -> JobPage:
+    """Up to ``limit`` jobs (all with None), newest first, following the API's cursor."""
+    jobs: list[dict[str, Any]] = []
+    while True:
+        want = PAGE_MAX if limit is None else min(PAGE_MAX, limit - len(jobs))
+        query = [("limit", str(want))] + [("status", s) for s in statuses]
+        if cursor:
+            query.append(("cursor", cursor))
+        page = api.get("/v1/jobs?" + urllib.parse.urlencode(query))
+        jobs += page["jobs"]
+        cursor = page.get("next_cursor")
+        if not cursor or (limit is not None and len(jobs) >= limit):
+            return JobPage(jobs, cursor)
+
+
+def _more_hint(page: JobPage, statuses: list[str], limit: int) -> str:
+    filters = f" --status {','.join(statuses)}" if statuses else ""
+    return (
+        f"showing the newest {len(page.jobs)} jobs; more exist. Next page: "
+        f"gridledger status{filters} --limit {limit} --cursor {page.next_cursor}  "
+        f"(or --all for every job)"
+    )
+
+
+@click.command("status", short_help="a job's status, or your jobs (filters, --watch)")
+@click.argument("job", required=False, shell_complete=complete_job)
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    callback=_statuses,
+    metavar="STATUS[,STATUS]",
+    shell_complete=lambda ctx, param, incomplete: [
+        s for s in JOB_STATUSES if s.startswith(incomplete)
+    ],
+    help="Only jobs in these states (repeat or comma-separate).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Jobs to list; when more exist, how to see them is printed on stderr.",
+)
+@click.option("--all", "every", is_flag=True, help="List every job (pages through all).")
+@click.option("--cursor", metavar="CURSOR", help="Continue a listing where it stopped.")
+@click.option(
+    "-w", "--watch", is_flag=True, help="Keep watching: redraw on a terminal, else print changes."
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds between refreshes of --watch.",
+)
 @api_options
 @output_options
-def status(conn: Connection, out: Output, job: str | None) -> int:
-    """One job's state, attempts and failure; without JOB, your jobs."""
-    if not job:
-        out.emit(conn.client.get("/v1/jobs")["jobs"], _jobs_table)
+def status(
+    conn: Connection,
+    out: Output,
+    job: str | None,
+    statuses: list[str],
+    limit: int,
+    every: bool,
+    cursor: str | None,
+    watch: bool,
+    interval: float,
+) -> int:
+    """One job's state, attempts and failure; without JOB, your jobs, newest first.
+
+    With --watch, a single job is watched until it ends (exit code as for
+    `submit --wait`); a listing is watched until Ctrl-C. With -o json|yaml,
+    --watch prints one document per change.
+    """
+    api = conn.client
+    if job:
+        if watch:
+            return watch_job(api, job, out, interval)
+        out.emit(api.get(f"/v1/jobs/{job}"), lambda j: _job_text(j, out.clock))
         return 0
-    out.emit(conn.client.get(f"/v1/jobs/{job}"), _job_text)
+    if watch:
+        return watch_jobs(api, out, statuses, None if every else limit, interval)
+    page = list_jobs(api, statuses, None if every else limit, cursor)
+    out.emit(page.jobs, lambda jobs: _jobs_table(jobs, out.clock))
+    if page.next_cursor:
+        click.echo(_more_hint(page, statuses, limit), err=True)
     return 0
+
+
+def _change_line(job: dict[str, Any], clock: render.Clock) -> str:
+    parts = [
+        clock.format(datetime.now(UTC), "%H:%M:%S"),
+        job["job_id"],
+        render.status(job["status"]),
+        f"attempt {job.get('attempt') or 0}",
+    ]
+    if job.get("failure_class"):
+        parts.append(job["failure_class"])
+    return "  ".join(parts)
+
+
+def _print_change(job: dict[str, Any], out: Output) -> None:
+    click.echo(out.line(job) if out.machine else _change_line(job, out.clock))
+
+
+def watch_job(api: ApiClient, job_id: str, out: Output, interval: float) -> int:
+    """Follow one job until it ends; exit 0 only if it succeeded."""
+    with render.Live(enabled=not out.machine) as live:
+        seen: tuple[Any, ...] | None = None
+        while True:
+            job = api.get(f"/v1/jobs/{job_id}")
+            key = (job["status"], job.get("attempt"), len(job.get("attempts") or []))
+            if live.on:
+                live.show(_job_text(job, out.clock))
+            elif key != seen:
+                _print_change(_summary(job), out)
+            seen = key
+            if job["status"] in TERMINAL_STATUSES:
+                return Exit.OK if job["status"] == "succeeded" else Exit.JOB_FAILED
+            time.sleep(interval)
+
+
+def _summary(job: dict[str, Any]) -> dict[str, Any]:
+    """The listing's fields of a job document, so both watches print the same lines."""
+    failure = job.get("failure") or {}
+    return {
+        "job_id": job["job_id"],
+        "status": job["status"],
+        "attempt": job.get("attempt"),
+        "name": job.get("name"),
+        "failure_class": failure.get("failure_class"),
+    }
+
+
+def watch_jobs(
+    api: ApiClient, out: Output, statuses: list[str], limit: int | None, interval: float
+) -> int:
+    """Redraw the listing (terminal) or print each job whose state changed, until Ctrl-C."""
+    seen: dict[str, tuple[Any, ...]] = {}
+    with render.Live(enabled=not out.machine) as live:
+        while True:
+            page = list_jobs(api, statuses, limit)
+            if live.on:
+                live.show(_jobs_table(page.jobs, out.clock))
+            else:
+                for job in reversed(page.jobs):  # oldest first, as events happen
+                    key = (job["status"], job.get("attempt"))
+                    if seen.get(job["job_id"]) != key:
+                        _print_change(job, out)
+                        seen[job["job_id"]] = key
+            time.sleep(interval)
 
 
 # --------------------------------------------------------------------------- explain, history
 
 
 @click.command("explain", short_help="what happened, why, whose side, what to do next")
-@click.argument("job")
+@click.argument("job", shell_complete=complete_job)
 @api_options
 @output_options
 def explain_job(conn: Connection, out: Output, job: str) -> int:
@@ -206,7 +384,7 @@ _DETAIL_KEYS = (
 )
 
 
-def _history_table(events: list[dict[str, Any]]) -> str:
+def _history_table(events: list[dict[str, Any]], clock: render.Clock) -> str:
     rows = []
     previous: datetime | None = None
     start: datetime | None = None
@@ -219,7 +397,7 @@ def _history_table(events: list[dict[str, Any]]) -> str:
         detail = ", ".join(f"{k}={e[k]}" for k in _DETAIL_KEYS if e.get(k) not in (None, "", []))
         rows.append(
             [
-                e["occurred_at"][11:23],
+                clock.format(at, "%H:%M:%S.%f"),
                 f"+{render.duration(delta)}" if delta is not None else "",
                 render.duration(since),
                 e["attempt"],
@@ -227,39 +405,72 @@ def _history_table(events: list[dict[str, Any]]) -> str:
                 detail[:90],
             ]
         )
-    return render.table(["TIME", "DELTA", "T+", "ATT", "EVENT", "DETAIL"], rows)
+    headers = [clock.header("TIME"), "DELTA", "T+", "ATT", "EVENT", "DETAIL"]
+    return render.table(headers, rows)
 
 
 @click.command("history", short_help="a job's events with the time between them")
-@click.argument("job")
+@click.argument("job", shell_complete=complete_job)
 @api_options
 @output_options
 def history(conn: Connection, out: Output, job: str) -> int:
     """Every event of JOB, with the time between them."""
-    out.emit(conn.client.get(f"/v1/jobs/{job}/events")["events"], _history_table)
+    events = conn.client.get(f"/v1/jobs/{job}/events")["events"]
+    out.emit(events, lambda e: _history_table(e, out.clock))
     return 0
 
 
 # --------------------------------------------------------------------------- cancel
 
+STOP_GRACE_S = AgentSettings.model_fields["stop_grace_s"].default
+"""The agent's default stop grace; a node may be configured otherwise."""
+
+HOLDING = frozenset({"starting", "running", "lost_contact"})
+"""States in which a container may be running, so a cancel waits for its stop."""
+
 
 @click.command("cancel", short_help="cancel a job")
-@click.argument("job")
+@click.argument("job", shell_complete=complete_job)
 @click.option("--reason", default="", help="Recorded with the cancel.")
+@click.option("--wait", "wait_end", is_flag=True, help="Wait until the job has ended.")
 @api_options
 @output_options
-def cancel(conn: Connection, out: Output, job: str, reason: str) -> int:
-    """Cancel JOB: a queued job ends at once, a running one is stopped."""
+def cancel(conn: Connection, out: Output, job: str, reason: str, wait_end: bool) -> int:
+    """Cancel JOB: a queued job ends at once; a running one is stopped.
+
+    A running container gets SIGTERM and the node's stop grace (GRIDLEDGER_AGENT_STOP_GRACE_S,
+    10 s by default) to exit before SIGKILL; the job is cancelled once the node has released
+    its GPUs. Exit 7 when the job had already ended.
+    """
+    api = conn.client
+    current = api.get(f"/v1/jobs/{job}")
     body = json.dumps({"reason": reason}).encode()
     try:
-        answer = conn.client.post(f"/v1/jobs/{job}/cancel", body)
+        answer = api.post(f"/v1/jobs/{job}/cancel", body)
     except ApiError as exc:
         if exc.status == 409:
-            click.echo(str(exc), err=True)
-            return 1
+            raise CliError(str(exc), Exit.CONFLICT) from None
         raise
-    out.emit(answer, lambda _: f"cancel requested for {job}")
-    return 0
+    running = current.get("status") in HOLDING
+    answer = {**answer, "was": current.get("status"), "stop_grace_s": STOP_GRACE_S}
+
+    def text(_: Any) -> str:
+        if running:
+            return (
+                f"cancel requested for {job} ({current['status']}): the container gets SIGTERM "
+                f"and up to the node's stop grace ({STOP_GRACE_S:g} s by default) before "
+                "SIGKILL; the job ends as cancelled once the node releases its GPUs"
+                + ("" if wait_end else f" (`gridledger status {job} --watch` to follow)")
+            )
+        return f"cancel requested for {job} ({current.get('status')}): it ends without running"
+
+    out.emit(answer, text)
+    if not wait_end:
+        return Exit.OK
+    ended = wait(api, job, quiet=out.machine)
+    if out.machine:
+        click.echo(out.line(_summary(ended)))
+    return Exit.OK if ended["status"] == "cancelled" else Exit.JOB_FAILED
 
 
 COMMANDS = (submit, status, explain_job, history, cancel)

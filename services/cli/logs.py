@@ -1,38 +1,144 @@
-"""``gridledger logs JOB [-f] [--attempt N]``: a job's output, after the fact or live."""
+"""``gridledger logs JOB``: a job's output, after the fact or live, filtered on the server."""
 
 from __future__ import annotations
 
 import sys
+import urllib.parse
+from typing import Any, TextIO
 
 import click
 
+from schemas.views import TERMINAL_STATUSES
 from services.cli import render
-from services.cli.options import Connection, api_options
+from services.cli.exits import CliError, Exit
+from services.cli.options import Connection, Output, api_options, complete_job, output_options
+
+TRUNCATED = "\n[gridledger: log quota reached; later output was dropped]\n"
+
+
+def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return render.parse_since(value, render.Clock(utc=bool(ctx.params.get("utc")))).isoformat()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command("logs", short_help="a job's logs (-f follows until the job ends)")
-@click.argument("job")
+@click.argument("job", shell_complete=complete_job)
 @click.option("-f", "--follow", is_flag=True, help="Stream until the job ends.")
 @click.option("--attempt", type=click.IntRange(min=1), help="Only this attempt's output.")
+@click.option(
+    "--tail", type=click.IntRange(min=0), metavar="N", help="Only the last N lines (then follow)."
+)
+@click.option(
+    "--since",
+    metavar="DURATION|TIME",
+    callback=_since,
+    help="Only output read since then: 10m, 1h30m, 2d, 14:05, 2026-12-01T14:05[+01:00].",
+)
+@click.option(
+    "--stream",
+    type=click.Choice(["stdout", "stderr", "system"]),
+    help="Only this stream (system: gridledger's own notes).",
+)
+@click.option(
+    "-t", "--timestamps", is_flag=True, help="Prefix each line with the time it was read."
+)
+@output_options
 @api_options
-def logs(conn: Connection, job: str, follow: bool, attempt: int | None) -> int:
-    """JOB's output: stdout to stdout, stderr to stderr."""
-    query = "?format=ndjson" + ("&follow=true" if follow else "")
+def logs(
+    conn: Connection,
+    out: Output,
+    job: str,
+    follow: bool,
+    attempt: int | None,
+    tail: int | None,
+    since: str | None,
+    stream: str | None,
+    timestamps: bool,
+) -> int:
+    """JOB's output: stdout to stdout, stderr to stderr.
+
+    The filters run on the server, for a follow too. With -o json|yaml each
+    chunk is one document (attempt, stream, seq, first_line, occurred_at, data).
+    --timestamps shows when the agent read each chunk of output (lines read
+    together share a time). Exit 4 for an unknown job or an attempt it does
+    not have.
+    """
+    api = conn.client
     if attempt is not None:
-        query += f"&attempt={attempt}"
-    for item in conn.client.stream(f"/v1/jobs/{job}/logs{query}"):
+        _check_attempt(api.get(f"/v1/jobs/{job}"), attempt, follow)
+    query: list[tuple[str, str]] = [("format", "ndjson")]
+    for name, value in (
+        ("follow", "true" if follow else None),
+        ("attempt", attempt),
+        ("stream", stream),
+        ("since", since),
+        ("tail", tail),
+    ):
+        if value is not None:
+            query.append((name, str(value)))
+    printer = _Printer(out, timestamps)
+    for item in api.stream(f"/v1/jobs/{job}/logs?{urllib.parse.urlencode(query)}"):
         if item.get("end"):
-            if follow:
+            if follow and not out.machine:
                 click.echo(render.dim(f"[job {item.get('status')}]"), err=True)
             break
-        if "data" not in item:
-            continue  # keepalive
-        out = sys.stderr if item["stream"] == "stderr" else sys.stdout
-        out.write(item["data"])
+        if "data" in item:  # else a keepalive
+            printer.chunk(item)
+    return Exit.OK
+
+
+def _check_attempt(doc: dict[str, Any], attempt: int, follow: bool) -> None:
+    """An attempt the job does not have (and, when following, will not have) is an error."""
+    attempts = [a["attempt"] for a in doc.get("attempts") or []]
+    if attempt in attempts or (follow and doc["status"] not in TERMINAL_STATUSES):
+        return
+    has = f"attempt(s) {', '.join(map(str, attempts))}" if attempts else "no attempt"
+    raise CliError(
+        f"job {doc['job_id']} ({doc['status']}) has {has}; there is no attempt {attempt}"
+        + (f" (see `gridledger history {doc['job_id']}`)" if attempts else ""),
+        Exit.NOT_FOUND,
+    )
+
+
+class _Printer:
+    """Writes chunks as they come: raw text per stream, or one document per chunk."""
+
+    def __init__(self, out: Output, timestamps: bool) -> None:
+        self.out = out
+        self.timestamps = timestamps
+        self.at_line_start: dict[str, bool] = {}
+
+    def chunk(self, item: dict[str, Any]) -> None:
+        if self.out.machine:
+            click.echo(self.out.line(item))
+            return
+        target: TextIO = sys.stderr if item["stream"] == "stderr" else sys.stdout
+        text = item["data"]
+        if self.timestamps:
+            text = self._stamped(item, text)
+        target.write(text)
         if item.get("truncated"):
-            out.write("\n[gridledger: log quota reached; later output was dropped]\n")
-        out.flush()
-    return 0
+            target.write(TRUNCATED)
+        target.flush()
+
+    def _stamped(self, item: dict[str, Any], text: str) -> str:
+        """Prefix every line that starts in this chunk (a chunk may continue a line)."""
+        clock = self.out.clock
+        stamp = f"{clock.format(item.get('occurred_at'), '%Y-%m-%d %H:%M:%S.%f')} "
+        stamp += f"{clock.zone_of(item.get('occurred_at'))} "
+        fresh = self.at_line_start.get(item["stream"], True)
+        lines = text.split("\n")
+        last = len(lines) - 1
+        stamped = [
+            line if (i == 0 and not fresh) or (i == last and not line) else stamp + line
+            for i, line in enumerate(lines)
+        ]
+        self.at_line_start[item["stream"]] = text.endswith("\n")
+        return "\n".join(stamped)
 
 
 COMMANDS = (logs,)

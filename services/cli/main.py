@@ -17,7 +17,9 @@ import click
 from schemas.errors import GridledgerError
 from services.cli import agent as agent_cli
 from services.cli import artifacts as artifacts_cli
+from services.cli import auth as auth_cli
 from services.cli import bench as bench_cli
+from services.cli import completion as completion_cli
 from services.cli import demo as demo_cli
 from services.cli import dev as dev_cli
 from services.cli import jobs as jobs_cli
@@ -30,6 +32,7 @@ from services.cli import scheduler as scheduler_cli
 from services.cli import services as services_cli
 from services.cli import simulate as simulate_cli
 from services.cli import usage as usage_cli
+from services.cli.exits import Exit, exit_code_of, help_epilog
 
 COMMAND_MODULES: tuple[ModuleType, ...] = (
     jobs_cli,
@@ -47,14 +50,25 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     bench_cli,
     simulate_cli,
     ops_cli,
+    auth_cli,
+    completion_cli,
 )
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
-def cli() -> None:
-    """Execution layer for containerised GPU jobs, built as an event-sourced ledger."""
+@click.group(context_settings=CONTEXT_SETTINGS, epilog=help_epilog())
+@click.option(
+    "--profile",
+    metavar="NAME",
+    help="Profile of ~/.config/gridledger/config.toml for every command (or $GRIDLEDGER_PROFILE).",
+)
+def cli(profile: str | None) -> None:
+    """Execution layer for containerised GPU jobs, built as an event-sourced ledger.
+
+    Works from any folder once `gridledger login` has written the config file.
+    Every command that prints a result takes -o json|yaml|table.
+    """
 
 
 for _module in COMMAND_MODULES:
@@ -75,15 +89,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             standalone_mode=False,
         )
     except click.exceptions.Abort:
-        return 130
+        return Exit.INTERRUPTED
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
     except GridledgerError as exc:
         click.echo(f"gridledger: error: {exc}", err=True)
-        return 1
+        return exit_code_of(exc)
     except KeyboardInterrupt:
-        return 130
+        return Exit.INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`gridledger status --json | head`): not an error of ours.
         # Point stdout at devnull so the interpreter's final flush does not raise again.

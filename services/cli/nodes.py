@@ -9,37 +9,30 @@ import click
 from services.cli import render
 from services.cli.options import Connection, Output, api_options, output_options
 
-HEADERS = [
-    "NODE",
-    "STATUS",
-    "PROVIDER",
-    "REGION",
-    "GPUS",
-    "FREE",
-    "RUNNING",
-    "LAST HEARTBEAT",
-    "INVENTORY",
-]
 
-
-def _nodes_table(nodes: list[dict[str, Any]]) -> str:
+def _nodes_table(nodes: list[dict[str, Any]], clock: render.Clock) -> str:
     rows = []
     for n in nodes:
         models = sorted({g["model"] for g in n["gpus"]})
+        running = len(n["running_attempts"])
+        live = n["status"] == "ready"
         rows.append(
             [
                 n["node_id"],
-                n["status"],
+                render.status(n["status"]) if not live else n["status"],
                 n["provider"],
                 n["region"],
                 f"{len(n['gpus'])}x {'/'.join(models)}",
-                len(n["free_gpu_indices"]),
-                len(n["running_attempts"]),
-                (n["last_heartbeat_at"] or "")[:19],
+                # A node that stopped reporting has no free GPUs to offer, and what it ran
+                # is only what it last said (the watchdog decides about those attempts).
+                len(n["free_gpu_indices"]) if live else "-",
+                running if live or not running else f"{running} at last report",
+                clock.format(n["last_heartbeat_at"]),
                 n["inventory_source"],
             ]
         )
-    return render.table(HEADERS, rows)
+    headers = ["NODE", "STATUS", "PROVIDER", "REGION", "GPUS", "FREE", "RUNNING"]
+    return render.table(headers + [clock.header("LAST HEARTBEAT"), "INVENTORY"], rows)
 
 
 @click.command("nodes", short_help="the fleet, with its inventory source")
@@ -47,7 +40,7 @@ def _nodes_table(nodes: list[dict[str, Any]]) -> str:
 @output_options
 def nodes(conn: Connection, out: Output) -> int:
     """The fleet: status, GPUs, free and running, last heartbeat, inventory source."""
-    out.emit(conn.client.get("/v1/nodes")["nodes"], _nodes_table)
+    out.emit(conn.client.get("/v1/nodes")["nodes"], lambda n: _nodes_table(n, out.clock))
     return 0
 
 

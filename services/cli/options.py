@@ -1,10 +1,12 @@
 """Options shared by many commands, as click decorators, and the objects they hand over.
 
-``@api_options`` adds ``--token`` and ``--api`` and passes ``conn`` (a
-:class:`Connection`, which builds the API client only when first used, so
-``--help`` and usage errors never need a token). ``@output_options`` adds
-``-o/--output json|yaml|table`` (``--json`` is an alias of ``-o json``) and
-passes ``out`` (an :class:`Output`). A command takes what it needs::
+``@api_options`` adds ``--token``, ``--api`` and ``--profile`` and passes
+``conn`` (a :class:`Connection`, which resolves the URL and token as
+:mod:`services.cli.config` says and builds the API client only when first
+used, so ``--help`` and usage errors never need a token). ``@output_options``
+adds ``-o/--output json|yaml|table`` (``--json`` is an alias of ``-o json``)
+and ``--utc``, and passes ``out`` (an :class:`Output`, whose ``clock`` formats
+times). A command takes what it needs::
 
     @click.command()
     @click.argument("job")
@@ -26,7 +28,10 @@ from typing import Any, TypeVar
 import click
 import yaml
 
-from services.cli.client import ApiClient, base_url, resolve_token
+from services.cli import config
+from services.cli.client import ApiClient
+from services.cli.exits import CliError, Exit
+from services.cli.render import Clock
 from services.settings import Settings, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,19 +45,26 @@ class Connection:
 
     token: str | None = None
     api_url: str | None = None
+    profile: str | None = None
     _client: ApiClient | None = field(default=None, repr=False)
 
     @functools.cached_property
     def settings(self) -> Settings:
         return load_settings()
 
+    @functools.cached_property
+    def target(self) -> config.Target:
+        return config.resolve(
+            self.settings, token=self.token, api_url=self.api_url, profile=self.profile
+        )
+
     @property
     def client(self) -> ApiClient:
         if self._client is None:
-            settings = self.settings
-            self._client = ApiClient(
-                base_url(settings, self.api_url), resolve_token(settings, self.token)
-            )
+            target = self.target
+            if not target.token:
+                raise CliError(config.no_token_advice(self.settings), Exit.NOT_AUTHORISED)
+            self._client = ApiClient(target.api_url, target.token, token_from=target.token_from)
         return self._client
 
 
@@ -61,6 +73,11 @@ class Output:
     """The format the user asked for; ``emit`` prints data in it."""
 
     format: str = "table"
+    utc: bool = False
+
+    @functools.cached_property
+    def clock(self) -> Clock:
+        return Clock(utc=self.utc)
 
     @property
     def machine(self) -> bool:
@@ -72,6 +89,12 @@ class Output:
             return yaml.safe_dump(_plain(data), sort_keys=False, allow_unicode=True).rstrip("\n")
         return json.dumps(data, indent=2, default=str)
 
+    def line(self, data: Any) -> str:
+        """One document per line (JSON) or per ``---`` document (YAML), for streams."""
+        if self.format == "yaml":
+            return "---\n" + self.dump(data)
+        return json.dumps(data, default=str)
+
     def emit(self, data: Any, text: Callable[[Any], str | None] | None = None) -> None:
         """Print ``data`` as JSON/YAML, or as ``text(data)`` for the table format."""
         if self.machine or text is None:
@@ -82,38 +105,79 @@ class Output:
             click.echo(rendered)
 
 
+def complete_job(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of a JOB argument: the user's most recent job ids."""
+    from click.shell_completion import CompletionItem
+
+    conn = Connection(
+        token=ctx.params.get("token"),
+        api_url=ctx.params.get("api_url"),
+        profile=ctx.params.get("profile"),
+    )
+    try:
+        client = conn.client
+        client.timeout = 3.0
+        jobs = client.get("/v1/jobs?limit=200")["jobs"]
+    except Exception:  # noqa: BLE001 - a completion must never print a traceback into the shell
+        return []
+    return [
+        CompletionItem(j["job_id"], help=f"{j['status']} {j.get('name') or ''}".strip())
+        for j in jobs
+        if j["job_id"].startswith(incomplete)
+    ]
+
+
 def _plain(data: Any) -> Any:
     """JSON-compatible values only, so YAML shows the same document as JSON."""
     return json.loads(json.dumps(data, default=str))
 
 
 def api_options(f: F) -> F:
-    """Add ``--token`` and ``--api``; the command receives ``conn``."""
+    """Add ``--token``, ``--api`` and ``--profile``; the command receives ``conn``."""
 
     @functools.wraps(f)
-    def wrapper(*args: Any, token: str | None, api_url: str | None, **kwargs: Any) -> Any:
-        return f(*args, conn=Connection(token=token, api_url=api_url), **kwargs)
+    def wrapper(
+        *args: Any, token: str | None, api_url: str | None, profile: str | None, **kwargs: Any
+    ) -> Any:
+        # `gridledger --profile X status` and `gridledger status --profile X` both work.
+        profile = profile or click.get_current_context().find_root().params.get("profile")
+        return f(*args, conn=Connection(token=token, api_url=api_url, profile=profile), **kwargs)
+
+    wrapper = click.option(
+        "--profile",
+        metavar="NAME",
+        help="Profile of the config file (default: $GRIDLEDGER_PROFILE, the file's "
+        "default_profile, else 'default').",
+    )(wrapper)
 
     wrapper = click.option(
         "--api",
         "api_url",
         metavar="URL",
-        help="API base URL (default: $GRIDLEDGER_API_URL or the settings).",
+        help="API base URL (default: $GRIDLEDGER_API_URL, the profile, the local stack).",
     )(wrapper)
     wrapper = click.option(
         "--token",
         metavar="TOKEN",
-        help="API token (default: $GRIDLEDGER_TOKEN, else the local stack's dev token).",
+        help="API token (default: $GRIDLEDGER_TOKEN, the profile, the local stack's dev token).",
     )(wrapper)
     return wrapper  # type: ignore[return-value]
 
 
 def output_options(f: F) -> F:
-    """Add ``-o/--output`` and its ``--json`` alias; the command receives ``out``."""
+    """Add ``-o/--output``, its ``--json`` alias and ``--utc``; the command receives ``out``."""
 
     @functools.wraps(f)
-    def wrapper(*args: Any, output: str | None, as_json: bool, **kwargs: Any) -> Any:
-        return f(*args, out=Output("json" if as_json else (output or "table")), **kwargs)
+    def wrapper(*args: Any, output: str | None, as_json: bool, utc: bool, **kwargs: Any) -> Any:
+        chosen = "json" if as_json else (output or "table")
+        return f(*args, out=Output(chosen, utc=utc), **kwargs)
+
+    wrapper = click.option(
+        "--utc",
+        is_flag=True,
+        is_eager=True,  # read before --since and other times that depend on the zone
+        help="Show times in UTC (default: local time, honouring TZ).",
+    )(wrapper)
 
     wrapper = click.option("--json", "as_json", is_flag=True, help="Same as -o json.")(wrapper)
     wrapper = click.option(

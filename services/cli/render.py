@@ -8,8 +8,10 @@ column wrapping.
 from __future__ import annotations
 
 import os
+import re
 import sys
-from datetime import datetime
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 STATUS_COLOURS = {
@@ -21,6 +23,7 @@ STATUS_COLOURS = {
     "lost_contact": "33",
     "retrying": "33",
     "running": "36",
+    "silent": "33",
 }
 
 
@@ -83,13 +86,58 @@ def _rich_table(headers: list[str], cells: list[list[str]]) -> str:
 
 
 def _strip(text: str) -> str:
-    import re
-
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 def parse_time(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
+    """An API timestamp (ISO 8601); one without a zone is UTC, as every API time is."""
+    if not value:
+        return None
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+class Clock:
+    """Shows API times (UTC) in local time, honouring TZ, or in UTC with ``--utc``.
+
+    Tables name the zone once, in the column header (``SUBMITTED (CET)``);
+    single values carry it (``2026-12-01 10:34:05 CET``).
+    """
+
+    def __init__(self, utc: bool = False) -> None:
+        self.utc = utc
+        if not utc:
+            time.tzset()  # TZ may have changed since the interpreter started
+
+    def local(self, when: datetime) -> datetime:
+        return when.astimezone(UTC) if self.utc else when.astimezone()
+
+    @property
+    def zone(self) -> str:
+        return self.local(datetime.now(UTC)).tzname() or "UTC"
+
+    def header(self, name: str) -> str:
+        return f"{name} ({self.zone})"
+
+    def format(self, value: str | datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
+        """``value`` in the chosen zone; the zone is not repeated (see :meth:`header`)."""
+        when = parse_time(value) if isinstance(value, str) else value
+        if when is None:
+            return ""
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        text = self.local(when).strftime(fmt)
+        # Milliseconds: strftime has only microseconds.
+        return text[:-3] if fmt.endswith("%f") else text
+
+    def stamp(self, value: str | datetime | None) -> str:
+        """A single time with its zone: ``2026-12-01 10:34:05 CET``."""
+        text = self.format(value)
+        return f"{text} {self.zone_of(value)}" if text else ""
+
+    def zone_of(self, value: str | datetime | None) -> str:
+        when = parse_time(value) if isinstance(value, str) else value
+        return (self.local(when).tzname() if when else None) or self.zone
 
 
 def duration(seconds: float | None) -> str:
@@ -108,3 +156,76 @@ def duration(seconds: float | None) -> str:
 
 def gpu_hours(seconds: float | None) -> str:
     return f"{(seconds or 0) / 3600:.3f}"
+
+
+class Live:
+    """A display redrawn in place on a terminal (rich); inactive when piped or not enabled.
+
+    Callers print change lines themselves when ``on`` is false, so a pipe gets
+    a log of changes instead of screens of redraws.
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.on = enabled and sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+        self._live: Any = None
+
+    def __enter__(self) -> Live:
+        if self.on:
+            from rich.console import Console
+            from rich.live import Live as RichLive
+
+            self._live = RichLive(console=Console(highlight=False), auto_refresh=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+
+    def show(self, text: str) -> None:
+        from rich.text import Text
+
+        self._live.update(Text.from_ansi(text), refresh=True)
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds of ``90s``, ``10m``, ``1h30m``, ``2d``; None when ``text`` is not one."""
+    text = text.strip()
+    if not text or _DURATION_PART.sub("", text):
+        return None
+    return sum(float(n) * _UNIT_S[unit] for n, unit in _DURATION_PART.findall(text))
+
+
+def parse_since(text: str, clock: Clock, now: datetime | None = None) -> datetime:
+    """A point in time from a duration ago (``10m``), a time today (``14:05``) or a date-time
+    (``2026-12-01T14:05``, ``2026-12-01 14:05:00+01:00``); times without a zone are in the
+    clock's zone (local, or UTC with --utc). Raises ValueError saying what is accepted."""
+    now = now or datetime.now(UTC)
+    seconds = parse_duration(text)
+    if seconds is not None:
+        return now - timedelta(seconds=seconds)
+    local_now = clock.local(now)
+    try:
+        if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2})?", text.strip()):
+            parts = [int(p) for p in text.strip().split(":")]
+            when = local_now.replace(
+                hour=parts[0],
+                minute=parts[1],
+                second=parts[2] if len(parts) > 2 else 0,
+                microsecond=0,
+            )
+        else:
+            when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is neither a duration (90s, 10m, 1h30m, 2d) nor a time "
+            "(14:05, 2026-12-01T14:05, with an optional zone such as +01:00 or Z)"
+        ) from None
+    if when.tzinfo is None:
+        # A naive time's astimezone() reads it as local time, with that date's DST.
+        when = when.replace(tzinfo=UTC) if clock.utc else when.astimezone()
+    return when.astimezone(UTC)

@@ -7,7 +7,13 @@ from typing import Any
 import click
 
 from services.cli import render
-from services.cli.options import Connection, Output, api_options, output_options
+from services.cli.options import (
+    Connection,
+    Output,
+    api_options,
+    complete_job,
+    output_options,
+)
 
 
 def _record_text(record: dict[str, Any]) -> str:
@@ -54,7 +60,7 @@ def _records_text(records: list[dict[str, Any]]) -> str:
 
 
 @click.command("usage", short_help="GPU time held, billable and credited")
-@click.argument("job", required=False)
+@click.argument("job", required=False, shell_complete=complete_job)
 @api_options
 @output_options
 def usage(conn: Connection, out: Output, job: str | None) -> int:

@@ -8,25 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from services.cli.main import main
-from tests.api.conftest import DEV_TOKEN, Api
+from services.cli.exits import Exit
+from tests.api.conftest import Api
+from tests.cli.conftest import gridledger
 from tests.sink.scenario import node_facts, run_facts
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 SPEC = "name: cli-job\nimage: gridledger/python:latest\ncommand: [python3, train.py]\n"
-
-
-@pytest.fixture
-def cli_env(api: Api, monkeypatch: pytest.MonkeyPatch) -> Api:
-    monkeypatch.setenv("GRIDLEDGER_API_URL", str(api.client.make_url("")).rstrip("/"))
-    monkeypatch.setenv("GRIDLEDGER_TOKEN", DEV_TOKEN)
-    return api
-
-
-async def gridledger(*args: str) -> int:
-    return await asyncio.to_thread(main, list(args))
 
 
 async def test_submit_status_logs_history_usage_nodes_explain(
@@ -60,7 +50,7 @@ async def test_submit_status_logs_history_usage_nodes_explain(
 
     assert await gridledger("history", job_id) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["TIME", "DELTA", "T+", "ATT", "EVENT", "DETAIL"]
+    assert out[0].split() == ["TIME", "(UTC)", "DELTA", "T+", "ATT", "EVENT", "DETAIL"]
     assert "JobSubmitted" in out[1] and "JobFailed" in out[-1]
 
     assert await gridledger("usage", job_id, "--json") == 0
@@ -71,7 +61,7 @@ async def test_submit_status_logs_history_usage_nodes_explain(
     assert await gridledger("nodes") == 0
     assert "node-a" in capsys.readouterr().out
 
-    assert await gridledger("cancel", job_id) == 1
+    assert await gridledger("cancel", job_id) == Exit.CONFLICT
     assert "already failed" in capsys.readouterr().err
     out, err = capsys.readouterr()
     assert "\x1b[" not in out + err
@@ -108,7 +98,7 @@ async def test_an_invalid_spec_is_reported_field_by_field(
 ) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text("image: gridledger/python:latest\nresources:\n  gpus: -1\n")
-    assert await gridledger("submit", str(spec)) == 2
+    assert await gridledger("submit", str(spec)) == Exit.INVALID_SPEC
     err = capsys.readouterr().err
     assert "resources.gpus:" in err and "fix: use a value at least 0" in err
 

@@ -1,0 +1,190 @@
+"""The user's config file: API URL and token per profile, so the CLI works from any folder.
+
+``$XDG_CONFIG_HOME/gridledger/config.toml`` (``~/.config/gridledger/config.toml``
+when XDG_CONFIG_HOME is unset; ``GRIDLEDGER_CONFIG`` names another file)::
+
+    default_profile = "prod"
+
+    [profiles.prod]
+    api_url = "https://gridledger.example.com"
+    token = "..."
+
+    [profiles.local]
+    api_url = "http://127.0.0.1:8600"
+    token = "..."
+
+``gridledger login`` writes it (mode 0600: it holds tokens). Each of the URL
+and the token is looked up on its own, first found wins:
+
+1. the flag (``--api``, ``--token``);
+2. the environment (``GRIDLEDGER_API_URL``, ``GRIDLEDGER_TOKEN``);
+3. the profile: ``--profile``, else ``GRIDLEDGER_PROFILE``, else the file's
+   ``default_profile``, else a profile named ``default``;
+4. the local stack of ``GRIDLEDGER_HOME``: its API address and the ``dev``
+   tenant's token in its tokens file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.cli.exits import CliError, Exit
+from services.settings import Settings
+
+PROFILE_KEYS = ("api_url", "token")
+
+
+def config_path() -> Path:
+    explicit = os.environ.get("GRIDLEDGER_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base).expanduser() / "gridledger" / "config.toml"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    api_url: str | None = None
+    token: str | None = None
+
+
+@dataclass
+class UserConfig:
+    path: Path
+    default_profile: str | None = None
+    profiles: dict[str, Profile] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> UserConfig:
+        """The file's profiles; an absent file is an empty config, a broken one an error."""
+        path = path or config_path()
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            return cls(path)
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise CliError(f"{path}: {exc}; fix or delete the file", Exit.ERROR) from exc
+        profiles: dict[str, Profile] = {}
+        raw = data.get("profiles", {})
+        if not isinstance(raw, dict):
+            raise CliError(f"{path}: 'profiles' must be a table ([profiles.NAME])")
+        for name, values in raw.items():
+            if not isinstance(values, dict):
+                raise CliError(f"{path}: [profiles.{name}] must be a table")
+            unknown = sorted(set(values) - set(PROFILE_KEYS))
+            if unknown:
+                raise CliError(
+                    f"{path}: [profiles.{name}] has unknown key(s) {', '.join(unknown)}; "
+                    f"use {', '.join(PROFILE_KEYS)}"
+                )
+            profiles[name] = Profile(name, values.get("api_url"), values.get("token"))
+        default = data.get("default_profile")
+        return cls(path, str(default) if default else None, profiles)
+
+    def save(self) -> None:
+        """Write the file privately (it holds tokens): folder 0700, file 0600."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        lines = ["# gridledger CLI profiles (written by `gridledger login`)."]
+        if self.default_profile:
+            lines.append(f"default_profile = {_quote(self.default_profile)}")
+        for profile in self.profiles.values():
+            lines += ["", f"[profiles.{_quote(profile.name)}]"]
+            for key in PROFILE_KEYS:
+                value = getattr(profile, key)
+                if value:
+                    lines.append(f"{key} = {_quote(value)}")
+        partial = self.path.with_name(self.path.name + ".partial")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(partial, self.path)
+
+    def selected(self, explicit: str | None) -> Profile | None:
+        """The profile in use; a named profile that does not exist is an error."""
+        name = explicit or os.environ.get("GRIDLEDGER_PROFILE") or self.default_profile
+        if not name:
+            return self.profiles.get("default")
+        if name in self.profiles:
+            return self.profiles[name]
+        known = ", ".join(sorted(self.profiles)) or "none"
+        raise CliError(
+            f"no profile {name!r} in {self.path} (profiles: {known}); "
+            f"create it with `gridledger login --profile {name} --api URL`",
+            Exit.USAGE,
+        )
+
+
+def _quote(value: str) -> str:
+    """A TOML basic string (JSON's escapes are a subset of TOML's)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The API URL and token a command uses, and where each came from (for messages)."""
+
+    api_url: str
+    token: str | None
+    url_from: str
+    token_from: str
+
+
+def resolve(
+    settings: Settings,
+    *,
+    token: str | None = None,
+    api_url: str | None = None,
+    profile: str | None = None,
+    config: UserConfig | None = None,
+) -> Target:
+    """Apply the lookup order of the module docstring; ``token`` is None when none is found."""
+    config = config or UserConfig.load()
+    chosen = config.selected(profile)
+    where = f"profile {chosen.name!r} ({config.path})" if chosen else ""
+    url_candidates = (
+        (api_url, "--api"),
+        (os.environ.get("GRIDLEDGER_API_URL"), "GRIDLEDGER_API_URL"),
+        (chosen.api_url if chosen else None, where),
+    )
+    url, url_from = next(
+        ((v, src) for v, src in url_candidates if v),
+        (local_api_url(settings), "the local stack's settings"),
+    )
+    token_candidates = (
+        (token, "--token"),
+        (os.environ.get("GRIDLEDGER_TOKEN"), "GRIDLEDGER_TOKEN"),
+        (chosen.token if chosen else None, where),
+        (dev_token(settings), f"the local stack's dev token ({settings.tokens_path})"),
+    )
+    found, token_from = next(((v, src) for v, src in token_candidates if v), (None, ""))
+    return Target(url.rstrip("/"), found, url_from, token_from)
+
+
+def local_api_url(settings: Settings) -> str:
+    """The API address of the local stack's settings."""
+    return settings.api_url or f"http://{settings.api_host}:{settings.api_port}"
+
+
+def dev_token(settings: Settings) -> str | None:
+    """The ``dev`` tenant's token that ``gridledger dev up`` wrote, if this home has one."""
+    try:
+        tokens = json.loads(settings.tokens_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(tokens, dict):
+        return None
+    return next((str(t) for t, tenant in tokens.items() if tenant == "dev"), None)
+
+
+def no_token_advice(settings: Settings) -> str:
+    return (
+        "no API token. Log in once with `gridledger login --api URL` (it asks for the token "
+        f"and writes {config_path()}), or pass --token / set GRIDLEDGER_TOKEN. On the machine "
+        "of a running local stack, set GRIDLEDGER_HOME to its folder to use its dev token "
+        f"(looked for {settings.tokens_path})."
+    )
