@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -108,27 +107,30 @@ def _past_preflight(api: ApiClient, job_id: str, timeout_s: float = 5.0) -> dict
 def wait(
     api: ApiClient, job_id: str, *, quiet: bool = False, poll_s: float = 1.0
 ) -> dict[str, Any]:
-    """Poll until the job is terminal, printing each status change to stderr."""
+    """Poll until the job is terminal, printing each status change to stderr
+    (with a live line of the current state and the time waited on a terminal)."""
     last = None
     began = time.monotonic()
-    while True:
-        try:
-            job = api.get(f"/v1/jobs/{job_id}")
-        except ApiError as exc:
-            # The sink may not have recorded a brand-new job yet.
-            if exc.status != 404 or time.monotonic() - began > 30:
-                raise
-            time.sleep(poll_s)
-            continue
-        status = job["status"]
-        if status != last and not quiet:
+    with render.Progress(enabled=not quiet) as progress:
+        while True:
+            try:
+                job = api.get(f"/v1/jobs/{job_id}")
+            except ApiError as exc:
+                # The sink may not have recorded a brand-new job yet.
+                if exc.status != 404 or time.monotonic() - began > 30:
+                    raise
+                time.sleep(poll_s)
+                continue
+            status = job["status"]
             elapsed = render.duration(time.monotonic() - began)
-            line = STATUS_LINES.get(status, status)
-            print(f"  [{elapsed:>7}] {render.status(status)}: {line}", file=sys.stderr, flush=True)
-            last = status
-        if status in TERMINAL_STATUSES:
-            return job
-        time.sleep(poll_s)
+            if status != last:
+                line = STATUS_LINES.get(status, status)
+                progress.log(f"  [{elapsed:>7}] {render.status(status)}: {line}")
+                last = status
+            if status in TERMINAL_STATUSES:
+                return job
+            progress.update(f"{render.status(status)} for {job_id}, waited {elapsed}")
+            time.sleep(poll_s)
 
 
 # --------------------------------------------------------------------------- status

@@ -229,3 +229,43 @@ def parse_since(text: str, clock: Clock, now: datetime | None = None) -> datetim
         # A naive time's astimezone() reads it as local time, with that date's DST.
         when = when.replace(tzinfo=UTC) if clock.utc else when.astimezone()
     return when.astimezone(UTC)
+
+
+class Progress:
+    """Progress of a wait on stderr: change lines, and on a terminal a live spinner line
+    with the current state and the time waited (rich), so a long wait visibly moves."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.live = enabled and sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+        self._console: Any = None
+        self._status: Any = None
+
+    def __enter__(self) -> Progress:
+        if self.live:
+            from rich.console import Console
+
+            self._console = Console(stderr=True, highlight=False)
+            self._status = self._console.status("waiting")
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.__exit__(*exc)
+
+    def log(self, line: str) -> None:
+        if not self.enabled:
+            return
+        if self._console is not None:
+            from rich.text import Text
+
+            self._console.print(Text.from_ansi(line))
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def update(self, line: str) -> None:
+        if self._status is not None:
+            from rich.text import Text
+
+            self._status.update(Text.from_ansi(line))

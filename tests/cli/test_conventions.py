@@ -138,7 +138,7 @@ async def test_login_checks_the_token_then_the_cli_works_from_any_folder(
     assert await gridledger("status") == Exit.NOT_AUTHORISED
 
 
-async def test_status_filters_and_pages_without_skipping(
+async def test_status_filters_by_state(
     cli_env: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     api = cli_env
@@ -152,29 +152,6 @@ async def test_status_filters_and_pages_without_skipping(
     assert len(json.loads(capsys.readouterr().out)) == 5
     assert await gridledger("status", "--status", "bogus") == Exit.USAGE
     assert "unknown bogus" in capsys.readouterr().err
-
-    # Two at a time: every job exactly once, and each page says how to get the next.
-    seen: list[str] = []
-    args = ["status", "--limit", "2", "-o", "json"]
-    while True:
-        assert await gridledger(*args) == 0
-        out, err = capsys.readouterr()
-        seen += [j["job_id"] for j in json.loads(out)]
-        if "--cursor" not in err:
-            break
-        assert "more exist" in err
-        args = [
-            "status",
-            "--limit",
-            "2",
-            "-o",
-            "json",
-            "--cursor",
-            err.split("--cursor ")[1].split()[0],
-        ]
-    assert sorted(seen) == sorted(ids) and len(seen) == len(ids)
-    assert await gridledger("status", "--all", "--limit", "1", "--json") == 0
-    assert sorted(j["job_id"] for j in json.loads(capsys.readouterr().out)) == sorted(ids)
 
 
 async def test_status_watch_prints_each_change_until_the_job_ends(
@@ -280,3 +257,51 @@ async def test_cancelling_a_running_job_says_it_waits_for_the_stop_grace(
     out = capsys.readouterr().out
     assert f"cancel requested for {job_id} (running)" in out
     assert "stop grace (10 s by default)" in out and "SIGKILL" in out
+
+
+def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run the CLI with stdout and stderr on a pseudo-terminal; its exit code and output."""
+    import os
+    import subprocess
+    import sys
+
+    main_fd, child_fd = os.openpty()
+    os.set_inheritable(child_fd, True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "services.cli.main", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=child_fd,
+        stderr=child_fd,
+        env={**os.environ, **env, "TERM": "xterm-256color", "COLUMNS": "160"},
+        close_fds=True,
+    )
+    os.close(child_fd)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main_fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main_fd)
+    return child.wait(timeout=60), b"".join(chunks).decode(errors="replace")
+
+
+async def test_a_terminal_gets_rich_tables_and_a_live_watch(
+    cli_env: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    job_id = await failed_job(cli_env, tmp_path, capsys)
+    env = {"GRIDLEDGER_API_URL": api_url(cli_env), "GRIDLEDGER_TOKEN": DEV_TOKEN}
+    env["GRIDLEDGER_CONFIG"] = os.environ["GRIDLEDGER_CONFIG"]
+    code, out = await asyncio.to_thread(_on_a_terminal, ["status"], env)
+    assert code == 0 and job_id in out
+    assert "\x1b[" in out, "colours on a terminal"
+    code, out = await asyncio.to_thread(
+        _on_a_terminal, ["status", job_id, "--watch", "--interval", "0.2"], env
+    )
+    assert code == Exit.JOB_FAILED
+    assert "missing_module" in out and "\x1b[?25l" in out, "rich's live display hides the cursor"
