@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
@@ -46,7 +46,6 @@ class Connection:
     token: str | None = None
     api_url: str | None = None
     profile: str | None = None
-    _client: ApiClient | None = field(default=None, repr=False)
 
     @functools.cached_property
     def settings(self) -> Settings:
@@ -58,14 +57,12 @@ class Connection:
             self.settings, token=self.token, api_url=self.api_url, profile=self.profile
         )
 
-    @property
+    @functools.cached_property
     def client(self) -> ApiClient:
-        if self._client is None:
-            target = self.target
-            if not target.token:
-                raise CliError(config.no_token_advice(self.settings), Exit.NOT_AUTHORISED)
-            self._client = ApiClient(target.api_url, target.token, token_from=target.token_from)
-        return self._client
+        target = self.target
+        if not target.token:
+            raise CliError(config.no_token_advice(self.settings), Exit.NOT_AUTHORISED)
+        return ApiClient(target.api_url, target.token, token_from=target.token_from)
 
 
 @dataclass(frozen=True)
