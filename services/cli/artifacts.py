@@ -1,4 +1,4 @@
-"""``gridledger outputs JOB`` and ``gridledger download JOB [PATH] [-o DIR]``.
+"""``gridledger outputs JOB`` and ``gridledger download JOB [PATH] [-d DIR]``.
 
 Both go through the API: the listing is what the job's history says it stored,
 and each download uses a short-lived URL the API signs for the job's tenant,
@@ -21,7 +21,8 @@ import click
 from schemas.errors import GridledgerError
 from services.cli import render
 from services.cli.client import ApiClient
-from services.cli.options import Connection, Output, api_options, output_options
+from services.cli.exits import CliError, Exit
+from services.cli.options import Connection, Output, api_options, complete_job, output_options
 
 _CHUNK = 1024 * 1024
 
@@ -35,12 +36,7 @@ def size(n: int) -> str:
     return f"{n} B"
 
 
-def _when(iso: str) -> str:
-    moment = render.parse_time(iso)
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M %Z") if moment else ""
-
-
-def listing_text(data: dict[str, Any]) -> str:
+def listing_text(data: dict[str, Any], clock: render.Clock) -> str:
     found = data.get("artifacts", [])
     if not found:
         return f"{data['job_id']} stored no outputs or checkpoints"
@@ -51,12 +47,12 @@ def listing_text(data: dict[str, Any]) -> str:
             a["attempt"],
             size(a["bytes"]),
             a["sha256"][:12],
-            _when(a["stored_at"]),
-            _when(a["expires_at"]),
+            clock.format(a["stored_at"], "%Y-%m-%d %H:%M"),
+            clock.format(a["expires_at"], "%Y-%m-%d %H:%M"),
         ]
         for a in found
     ]
-    headers = ["KIND", "PATH", "ATT", "SIZE", "SHA256", "STORED", "EXPIRES"]
+    headers = ["KIND", "PATH", "ATT", "SIZE", "SHA256", clock.header("STORED"), "EXPIRES"]
     return (
         render.table(headers, rows)
         + f"\nkept {data['retention_days']} days after they were stored; "
@@ -83,9 +79,10 @@ def select(
         chosen = latest_per_path([a for a in found if a["path"] == path])
         if not chosen:
             which = f" in attempt {attempt}" if attempt is not None else ""
-            raise GridledgerError(
+            raise CliError(
                 f"job {job} stored no {path}{which}; `gridledger outputs {job}` lists what it "
-                "stored"
+                "stored",
+                Exit.NOT_FOUND,
             )
         return chosen
     kinds = {"output", "checkpoint"} if checkpoints else {"output"}
@@ -93,7 +90,7 @@ def select(
     if not chosen:
         what = "outputs or checkpoints" if checkpoints else "outputs"
         hint = "" if checkpoints else " (add --checkpoints for its checkpoints)"
-        raise GridledgerError(f"job {job} stored no {what}{hint}")
+        raise CliError(f"job {job} stored no {what}{hint}", Exit.NOT_FOUND)
     return chosen
 
 
@@ -144,20 +141,21 @@ def download_all(
 
 
 @click.command("outputs", short_help="a job's stored outputs and checkpoints")
-@click.argument("job")
+@click.argument("job", shell_complete=complete_job)
 @api_options
 @output_options
 def outputs(conn: Connection, out: Output, job: str) -> int:
     """The outputs and checkpoints JOB stored: size, sha256, attempt, and until when kept."""
-    out.emit(conn.client.get(f"/v1/jobs/{job}/artifacts"), listing_text)
+    out.emit(conn.client.get(f"/v1/jobs/{job}/artifacts"), lambda d: listing_text(d, out.clock))
     return 0
 
 
 @click.command("download", short_help="fetch a job's outputs (or one PATH)")
-@click.argument("job")
+@click.argument("job", shell_complete=complete_job)
 @click.argument("path", required=False)
 @click.option(
-    "-o",
+    "-d",
+    "--dir",
     "--output-dir",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -168,8 +166,10 @@ def outputs(conn: Connection, out: Output, job: str) -> int:
 @click.option("--attempt", type=int, help="of this attempt (default: the latest that stored it)")
 @click.option("--checkpoints", is_flag=True, help="without PATH: the checkpoints too")
 @api_options
+@output_options
 def download(
     conn: Connection,
+    out: Output,
     job: str,
     path: str | None,
     out_dir: Path,
@@ -181,8 +181,17 @@ def download(
     Each file is verified against the sha256 the job recorded when it was stored.
     """
     chosen = select(conn.client.get(f"/v1/jobs/{job}/artifacts"), path, attempt, checkpoints)
-    for a, target in download_all(conn.client, job, chosen, out_dir):
-        click.echo(f"{target}  ({size(a['bytes'])}, attempt {a['attempt']}, sha256 verified)")
+    done = [
+        {"path": a["path"], "attempt": a["attempt"], "bytes": a["bytes"], "file": str(target)}
+        for a, target in download_all(conn.client, job, chosen, out_dir)
+    ]
+    out.emit(
+        done,
+        lambda files: "\n".join(
+            f"{f['file']}  ({size(f['bytes'])}, attempt {f['attempt']}, sha256 verified)"
+            for f in files
+        ),
+    )
     return 0
 
 

@@ -19,6 +19,7 @@ import pytest
 from schemas.events import CheckpointStored, Event, OutputStored
 from services.agent.artifacts import S3Store, StoredArtifact
 from services.api.artifacts import Artifact, Signer
+from services.cli.exits import Exit
 from services.cli.main import main
 from tests.api.conftest import DEV_TOKEN, OTHER_TOKEN, Api
 from tests.objectstore import PrivateStore
@@ -158,17 +159,17 @@ async def test_outputs_and_download_from_the_cli(
     assert len(json.loads(capsys.readouterr().out)["artifacts"]) == 2
 
     target = tmp_path / "results"
-    assert await gridledger("download", job, "-o", str(target)) == 0
+    assert await gridledger("download", job, "-d", str(target)) == 0
     assert (target / "model.pt").read_bytes() == b"the weights"
     assert not (target / "ckpt").exists(), "checkpoints only with --checkpoints or a PATH"
     assert "sha256 verified" in capsys.readouterr().out
 
-    assert await gridledger("download", job, "ckpt/step_2.pt", "-o", str(target)) == 0
+    assert await gridledger("download", job, "ckpt/step_2.pt", "-d", str(target)) == 0
     assert (target / "ckpt" / "step_2.pt").read_bytes() == b"checkpoint 2"
 
-    assert await gridledger("download", job, "nope.pt", "-o", str(target)) == 1
+    assert await gridledger("download", job, "nope.pt", "-d", str(target)) == Exit.NOT_FOUND
     assert f"job {job} stored no nope.pt" in capsys.readouterr().err
 
     monkeypatch.setenv("GRIDLEDGER_TOKEN", OTHER_TOKEN)
-    assert await gridledger("download", job, "-o", str(tmp_path / "theirs")) != 0
+    assert await gridledger("download", job, "-d", str(tmp_path / "theirs")) != 0
     assert not (tmp_path / "theirs").exists()
