@@ -207,7 +207,7 @@ def write_inventory(stack: PrivateStack, node_id: str) -> Path:
                 "region": "local",
                 "gpus": [
                     {"index": i, "model": "NVIDIA A100-SXM4-80GB", "memory_total_mb": 81920}
-                    for i in range(2)
+                    for i in range(8)
                 ],
             }
         )
