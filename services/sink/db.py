@@ -103,9 +103,14 @@ async def create_pool(
                 server_settings={"search_path": schema, "timezone": "UTC"},
             )
         except (OSError, asyncpg.PostgresError) as exc:
+            if postgres_unavailable(exc):
+                raise ReadModelError(
+                    f"cannot reach Postgres at {settings.dsn_redacted}: {exc}. "
+                    "Start the local stack with `gridledger dev up`"
+                ) from exc
             raise ReadModelError(
-                f"cannot reach Postgres at {settings.dsn_redacted}: {exc}. "
-                "Start the local stack with `gridledger dev up`"
+                f"Postgres at {settings.dsn_redacted} refused the connection: {exc}. "
+                "Check the role, password and database in GRIDLEDGER_PG_DSN (or GRIDLEDGER_PG_PORT)"
             ) from exc
         assert pool is not None
         return pool
