@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -34,3 +35,17 @@ async def eventually(
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+def wait_until(
+    check: Callable[[], _T | None], what: str, timeout: float = 30.0, interval: float = 0.25
+) -> _T:
+    """:func:`eventually` for code that is not async (tests driving real processes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)

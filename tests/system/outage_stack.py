@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from infra import kafka, postgres, processes
 from infra.private import link_jars, new_home, private_settings
 from services.ops.supervisor import Supervisor
 from services.settings import load_settings
+from tests.waiting import wait_until
 
 _T = TypeVar("_T")
 
@@ -37,18 +37,6 @@ SPEC_OK = {
     "command": ["sh", "-c", "echo started; sleep 1; echo done"],
     "resources": {"gpus": 1, "memory_gb": 1},
 }
-
-
-def wait_until(check: Callable[[], _T | None], timeout_s: float, what: str) -> _T:
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` otherwise."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.25)
 
 
 @dataclass
@@ -119,7 +107,7 @@ class PrivateStack:
         pid = postgres.running_pid(self.settings)
         assert pid is not None, "the private Postgres does not run"
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: not processes.is_alive(pid), 30, "the killed postmaster to be gone")
+        wait_until(lambda: not processes.is_alive(pid), "the killed postmaster to be gone", 30)
 
     def start_postgres(self) -> None:
         """Start it again: crash recovery, then ready. Retries while the killed server's
@@ -132,14 +120,14 @@ class PrivateStack:
                 return False
             return True
 
-        wait_until(started, 60, "Postgres to start again after the kill")
+        wait_until(started, "Postgres to start again after the kill", 60)
         asyncio.run(postgres.wait_ready(self.settings, 60))
 
     def kill_kafka(self) -> None:
         pid = kafka.running_pid(self.settings)
         assert pid is not None, "the private broker does not run"
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: not processes.is_alive(pid), 30, "the killed broker to be gone")
+        wait_until(lambda: not processes.is_alive(pid), "the killed broker to be gone", 30)
 
     def start_kafka(self) -> None:
         pid = kafka.start(self.settings)
@@ -192,7 +180,7 @@ class PrivateStack:
             self.services.check_alive()
             return check_()
 
-        return wait_until(alive_and, timeout_s, what)
+        return wait_until(alive_and, what, timeout_s)
 
     def log_of(self, service: str) -> str:
         return (self.services.log_dir / f"{service}.log").read_text(errors="replace")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 
@@ -50,7 +50,7 @@ def stack() -> Iterator[PrivateStack]:
         stack.down()
 
 
-def submit(stack: PrivateStack, spec: dict[str, object]) -> str:
+def submit(stack: PrivateStack, spec: Mapping[str, object]) -> str:
     reply = stack.call("POST", "/v1/jobs", spec)
     assert reply.status == 202, reply.body
     return str(reply.body["job_id"])
