@@ -66,6 +66,10 @@ async def store_offsets(
     )
 
 
+class _LockHeld(db.ReadModelError):
+    """The schema's sink lock is held by another session."""
+
+
 class Sink:
     """Consumes the ledger's topics into the read models of one Postgres schema."""
 
@@ -116,15 +120,25 @@ class Sink:
         states (whether the last commit landed is unknown; the tables will say), and
         a new session starts after a backoff: it re-takes the lock, reads the
         committed offsets and goes on from there, so nothing is lost or applied
-        twice. Anything else (a bug, another sink on the schema) ends the run.
+        twice. A lock still held after a reconnect (the server has not yet noticed the
+        lost session) is waited for the same way. Anything else (a bug, another sink on
+        the schema at start) ends the run.
         """
         backoff = self.settings.reconnect_backoff()
         tries = 0
+        sessions = 0
         while not self._stopping.is_set():
             batches = self.applied_batches
             try:
+                sessions += 1
                 await self._session()
                 return
+            except _LockHeld as exc:
+                if sessions == 1:
+                    raise  # at start: another sink runs on this schema
+                # After a lost connection the server may keep the dead session (and its
+                # lock) until it notices the client is gone: wait for it, as for an outage.
+                self.pg_outage.down(exc)
             except Exception as exc:
                 if db.postgres_unavailable(exc):
                     self.pg_outage.down(exc)
@@ -143,7 +157,7 @@ class Sink:
         try:
             lock = f"sink:{self.settings.pg_schema}"
             if not await self._take_lock(conn, lock):
-                raise db.ReadModelError(
+                raise _LockHeld(
                     f"another sink is already writing schema {self.settings.pg_schema!r} "
                     f"(this one is consumer {self.consumer_name!r}); run one sink per schema"
                 )
@@ -153,6 +167,15 @@ class Sink:
             self._conn = conn
             try:
                 await self._consume(conn)
+            except Exception as exc:
+                if db.postgres_unavailable(exc) or broker_unavailable(exc):
+                    raise
+                if await db.connection_lost(conn):
+                    raise db.ConnectionLostError(
+                        f"the connection to Postgres at {self.settings.dsn_redacted} was lost "
+                        f"({type(exc).__name__}: {exc})"
+                    ) from exc
+                raise  # the connection is fine: a bug, which ends the run
             finally:
                 self._conn = None
             await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", lock)

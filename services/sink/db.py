@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -30,7 +31,27 @@ def check_schema(name: str) -> str:
     return name
 
 
+class ConnectionLostError(ReadModelError):
+    """An operation failed and its connection no longer answers: the server went away.
+
+    asyncpg reports a connection cut under it in several ways (a closed connection,
+    a proxy the pool took back, a protocol left mid-operation); the caller that saw
+    the failure checks the connection and raises this when it is gone.
+    """
+
+
+async def connection_lost(conn: asyncpg.Connection, timeout: float = 5.0) -> bool:
+    """True when ``conn`` no longer answers a trivial query."""
+    try:
+        async with asyncio.timeout(timeout):
+            await conn.fetchval("SELECT 1")
+    except Exception:  # noqa: BLE001 - any failure here means the connection is gone
+        return True
+    return False
+
+
 POSTGRES_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    ConnectionLostError,
     OSError,  # refused, reset: the server is not listening (yet)
     TimeoutError,
     asyncpg.PostgresConnectionError,  # class 08, e.g. closed in the middle of an operation

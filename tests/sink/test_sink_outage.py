@@ -8,14 +8,16 @@ kills a whole private Postgres under a running set.)
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
 
 import asyncpg
 import pytest
 
 from services.ledger import Ledger
 from services.settings import Settings
-from services.sink.consumer import build_sink
+from services.sink.consumer import Sink, build_sink
 from tests.sink.pg import dump, private_schema
 from tests.sink.scenario import node_facts, run_facts
 from tests.sink.test_sink import running
@@ -64,3 +66,48 @@ async def test_a_killed_session_is_replaced_and_the_tables_end_as_without_it(
             async with running(calm):
                 await calm.catch_up()
             assert await dump(pool) == await dump(calm_pool)
+
+
+async def test_after_a_lost_session_a_lock_still_held_is_waited_for_not_fatal(
+    pg: tuple[Settings, asyncpg.Pool],
+) -> None:
+    settings, pool = pg
+    # Slow retries and a short lock wait: the test takes the lock between the two sessions.
+    patient = settings.model_copy(update={"reconnect_initial_s": 2.0, "sink_lock_wait_s": 0.3})
+    async with Ledger(settings, "test") as ledger:
+        await ledger.append_many([*node_facts(), *run_facts("job-a").all()])
+        sink = await build_sink(patient, ledger, pool)
+        async with running(sink) as task, pool.acquire() as holder:
+            await sink.catch_up()
+            assert sink._conn is not None
+            victim = sink._conn.get_server_pid()
+            assert await holder.fetchval("SELECT pg_terminate_backend($1)", victim)
+            # Blocks until the terminated session is gone, then holds what it held.
+            lock = f"sink:{settings.pg_schema}"
+            await holder.execute("SELECT pg_advisory_lock(hashtext($1))", lock)
+            tries = sink.pg_outage.tries
+            await ledger.append_many(run_facts("job-b", start=100).all())
+            await eventually(
+                lambda: sink.pg_outage.tries >= tries + 2, "two sessions refused the lock", 60
+            )
+            assert not task.done(), "a lock held after a reconnect must not end the sink"
+            await holder.execute("SELECT pg_advisory_unlock(hashtext($1))", lock)
+            await sink.catch_up(timeout=60)
+        rows = await pool.fetch("SELECT job_id, status FROM jobs")
+    jobs = {r["job_id"]: r["status"] for r in rows}
+    assert jobs == {"job-a": "succeeded", "job-b": "succeeded"}
+
+
+class BuggySink(Sink):
+    async def apply_records(self, conn: asyncpg.Connection, records: list[Any]) -> None:
+        raise ValueError("a bug in a fold")
+
+
+async def test_a_bug_with_postgres_up_ends_the_run_instead_of_retrying(
+    pg: tuple[Settings, asyncpg.Pool],
+) -> None:
+    settings, pool = pg
+    async with Ledger(settings, "test") as ledger:
+        await ledger.append_many(run_facts("job-a").all())
+        with pytest.raises(ValueError, match="a bug in a fold"):
+            await asyncio.wait_for(BuggySink(settings, ledger, pool).run(), 60)
