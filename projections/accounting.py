@@ -44,10 +44,13 @@ from schemas.events import (
     JobSubmitted,
     JobSucceeded,
     MeterTick,
+    RetryWithdrawn,
 )
 from schemas.views import TERMINAL_STATUSES, AccountingRecord, AttemptAccounting, JobView
 
-POLICY_VERSION = "1"
+POLICY_VERSION = "2"
+"""2: late facts (a kept late success billed to its real release, superseded and
+after-end attempts credited, a late success not kept never billed)."""
 _US = timedelta(microseconds=1)
 
 
@@ -92,6 +95,21 @@ def _won_late(history: Sequence[Event], n: int) -> bool:
     return late_verdict(history, n) is not None and _first(history, JobSucceeded, n) is not None
 
 
+def _reverdicted(history: Sequence[Event], n: int) -> bool:
+    """Attempt ``n`` was given up on, then classified again on its late facts (its retry
+    withdrawn): the job was decided on its real end."""
+    return (
+        late_verdict(history, n) is not None
+        and _first(history, RetryWithdrawn, n) is not None
+        and sum(isinstance(e, FailureClassified) and e.attempt == n for e in history) > 1
+    )
+
+
+def _real_facts(history: Sequence[Event], n: int) -> bool:
+    """The late facts of attempt ``n`` decided the job: they, not the verdict, count."""
+    return _won_late(history, n) or _reverdicted(history, n)
+
+
 def _held(
     history: Sequence[Event], n: int, as_of: datetime | None
 ) -> tuple[datetime | None, datetime | None, str, int]:
@@ -104,7 +122,7 @@ def _held(
     # The real release counts for an attempt whose late success the job kept: it held the
     # GPUs until then and the user gets its result. Otherwise a lost attempt ends at its
     # last heartbeat, the last moment the platform saw it: a late release changes nothing.
-    real = _won_late(history, n)
+    real = _real_facts(history, n)
     for e in history:  # whichever came first: the release or the declaration of loss
         if e.attempt != n:
             continue
@@ -121,6 +139,14 @@ def _held(
     return held.occurred_at, end, source, held_us
 
 
+def _classified_outcome(classified: FailureClassified, lost: bool) -> tuple[str, str, str]:
+    if classified.failure_class == "cancelled":
+        outcome = "cancelled"
+    else:
+        outcome = "lost" if lost and classified.failure_class == "node_lost" else "failed"
+    return outcome, classified.attribution, classified.failure_class
+
+
 def _outcome(
     history: Sequence[Event], n: int, terminal: bool, after_end: bool = False
 ) -> tuple[str, str, str]:
@@ -134,15 +160,14 @@ def _outcome(
     if is_clean_success(history, n) and (late_verdict(history, n) is None or _won_late(history, n)):
         return "succeeded", "", ""
     classified = _first(history, FailureClassified, n)
+    if _reverdicted(history, n):  # decided on its real end: that classification counts
+        classified = [e for e in history if isinstance(e, FailureClassified) and e.attempt == n][-1]
+        return _classified_outcome(classified, lost=False)
     lost = _first(history, AttemptLost, n) is not None
     if not lost and _first(history, AttemptSuperseded, n) is not None:
         return "superseded", "platform", ""  # stopped because another attempt won
     if classified is not None:
-        if classified.failure_class == "cancelled":
-            outcome = "cancelled"
-        else:
-            outcome = "lost" if lost and classified.failure_class == "node_lost" else "failed"
-        return outcome, classified.attribution, classified.failure_class
+        return _classified_outcome(classified, lost)
     if lost:
         return "lost", "platform", "node_lost"
     if terminal:  # ended with the job but never classified: nothing shows it was the user

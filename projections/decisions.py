@@ -20,7 +20,7 @@ from projections.evidence import ENDING_EVENTS, attempt_ended, late_verdict, tri
 from projections.failures import Classification, classify
 from projections.history import first, is_clean_success, is_job_event, of_type, unique
 from projections.job_state import evolve, project
-from projections.retry import DEFAULT_POLICY, RetryPolicy, decide
+from projections.retry import DEFAULT_POLICY, RetryDecision, RetryPolicy, decide
 from schemas.events import (
     AttemptLost,
     AttemptScheduled,
@@ -111,20 +111,7 @@ def classifier_step(
         return []  # an earlier attempt's late end; its decision was made already
     if isinstance(event, ComputeReleased) and is_clean_success(history, n):
         return []
-    c = classify(history, n)
-    return [
-        FailureClassified(
-            **_envelope(event, CLASSIFIER),
-            failure_class=c.failure_class,
-            attribution=c.attribution,
-            retryable=c.retryable,
-            summary=c.summary,
-            advice=c.advice,
-            evidence=c.evidence,
-            rule_id=c.rule_id,
-            classifier_version=c.classifier_version,
-        )
-    ]
+    return [_classified(event, classify(history, n))]
 
 
 def in_flight(history: Sequence[Event], attempt: int) -> bool:
@@ -171,20 +158,27 @@ def _ending(
     return [terminal, *_stop_others(history, terminal, keep, why)]
 
 
-def _late_release(history: Sequence[Event], event: ComputeReleased) -> list[Event]:
+def _late_release(
+    history: Sequence[Event], event: ComputeReleased, view: JobView, policy: RetryPolicy
+) -> list[Event]:
     """Reconcile the late end of an attempt the watchdog already gave up on (the late
     facts themselves are recorded by the folds as they are).
 
-    The rule: the earliest clean success wins. An attempt declared lost (or timed out
-    finishing) whose own facts then show a clean success (exit 0, every required output
-    stored, not stopped by gridledger) ends the job ``succeeded`` while it is not yet
-    terminal: a retry not yet placed is withdrawn (RetryWithdrawn) and a retry already
-    placed is stopped (AttemptSuperseded, routed to its node as a cancel). A late end
-    that is not a clean success changes nothing: the decision on the loss stands.
+    The rule (docs/lifecycle.md): the earliest clean success wins. An attempt declared
+    lost (or timed out finishing) whose own facts then show a clean success (exit 0,
+    every required output stored, not stopped by gridledger) ends the job ``succeeded``
+    while it is not yet terminal: a retry not yet placed is withdrawn (RetryWithdrawn)
+    and a retry already placed is stopped (AttemptSuperseded, routed to its node as a
+    cancel). A late end that is not a clean success replaces the verdict only while the
+    retry it caused is not placed and the real facts are not worth a retry either (the
+    job's own exit 1, say): the retry is withdrawn, the attempt is classified on its
+    real facts and the job ends on them. Otherwise the decision on the loss stands.
     """
     n = event.attempt
-    if late_verdict(history, n) is None or not is_clean_success(history, n):
+    if late_verdict(history, n) is None:
         return []
+    if not is_clean_success(history, n):
+        return _late_failure(history, event, view, policy)
     out: list[Event] = []
     scheduled = {e.attempt for e in of_type(history, AttemptScheduled)}
     retries = [r for r in of_type(history, RetryScheduled) if r.next_attempt not in scheduled]
@@ -202,6 +196,59 @@ def _late_release(history: Sequence[Event], event: ComputeReleased) -> list[Even
         "result wins (the earliest clean success)"
     )
     return [*out, *_ending(history, JobSucceeded(**_envelope(event, DECIDER)), n, why)]
+
+
+def _late_failure(
+    history: Sequence[Event], event: ComputeReleased, view: JobView, policy: RetryPolicy
+) -> list[Event]:
+    n = event.attempt
+    retry = next((r for r in reversed(of_type(history, RetryScheduled, n))), None)
+    if retry is None or any(e.attempt > n for e in of_type(history, AttemptScheduled)):
+        return []  # the loss was final, or its retry already runs: that decision stands
+    c = classify(history, n, at=event)
+    d = decide(view, c, policy)
+    if d.action == "retry":
+        return []  # the real facts are worth a retry too: the one ordered stands
+    withdrawn = RetryWithdrawn(
+        **_envelope(event, DECIDER, "withdraw", attempt=n),
+        next_attempt=retry.next_attempt,
+        reason=f"attempt {n} was given up on, but its own facts arrived ({c.failure_class}): "
+        f"the job is decided on them and attempt {retry.next_attempt} is not needed",
+    )
+    classified = _classified(event, c, suffix="late")
+    terminal = _terminal(_envelope(event, DECIDER), c, d)
+    return [withdrawn, classified, *_ending(history, terminal, n)]
+
+
+def _classified(cause: Event, c: Classification, suffix: str = "") -> FailureClassified:
+    return FailureClassified(
+        **_envelope(cause, CLASSIFIER, suffix),
+        failure_class=c.failure_class,
+        attribution=c.attribution,
+        retryable=c.retryable,
+        summary=c.summary,
+        advice=c.advice,
+        evidence=c.evidence,
+        rule_id=c.rule_id,
+        classifier_version=c.classifier_version,
+    )
+
+
+def _terminal(envelope: _Envelope, c: Classification, d: RetryDecision) -> Event:
+    """The terminal event of a ``final`` decision."""
+    if d.terminal == "JobCancelled":
+        return JobCancelled(**envelope, summary=c.summary)
+    if d.terminal == "JobSucceededWithErrors":
+        summary = f"{c.summary} {d.reason[:1].upper()}{d.reason[1:]}."
+        return JobSucceededWithErrors(**envelope, summary=summary)
+    return JobFailed(
+        **envelope,
+        failure_class=c.failure_class,
+        attribution=c.attribution,
+        summary=c.summary,
+        advice=c.advice,
+        reason=d.reason,
+    )
 
 
 def _decided(history: Sequence[Event], attempt: int) -> bool:
@@ -236,7 +283,7 @@ def decider_step(
         if released is None or released.event_id != event.event_id:
             return []  # a repeated release of the same attempt (another event id)
         if trigger is not None and trigger.event_id != event.event_id:
-            return _late_release(history, event)
+            return _late_release(history, event, view, policy)
         if (
             n == view.attempt
             and trigger is not None
@@ -267,22 +314,7 @@ def decider_step(
                 avoid_reason=d.avoid_reason,
             )
         ]
-    terminal: Event
-    if d.terminal == "JobCancelled":
-        terminal = JobCancelled(**envelope, summary=c.summary)
-    elif d.terminal == "JobSucceededWithErrors":
-        summary = f"{c.summary} {d.reason[:1].upper()}{d.reason[1:]}."
-        terminal = JobSucceededWithErrors(**envelope, summary=summary)
-    else:
-        terminal = JobFailed(
-            **envelope,
-            failure_class=c.failure_class,
-            attribution=c.attribution,
-            summary=c.summary,
-            advice=c.advice,
-            reason=d.reason,
-        )
-    return _ending(history, terminal, event.attempt)
+    return _ending(history, _terminal(envelope, c, d), event.attempt)
 
 
 def react(

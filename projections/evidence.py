@@ -201,14 +201,16 @@ def attempt_ended(history: Sequence[Event], attempt: int, by: tuple[type[Event],
     return any(isinstance(e, by) for e in endings(history, attempt))
 
 
-def gather(history: Sequence[Event], attempt: int) -> Facts:
+def gather(history: Sequence[Event], attempt: int, at: Event | None = None) -> Facts:
     """Collect the facts about ``attempt`` (0 for the queue before the first attempt).
 
     Only the history up to the attempt's trigger (:func:`trigger_for`) is read, so
     re-classifying a finished job gives the answer the live classifier gave.
     """
     events = unique(history)
-    trigger = trigger_for(events, attempt)
+    # ``at``: judge the attempt on a later ending instead (its late release, when the
+    # watchdog's verdict was wrong and its real facts arrived).
+    trigger = at if at is not None else trigger_for(events, attempt)
     if trigger is not None:
         events = events[: events.index(trigger) + 1]
     spec = spec_of(events)

@@ -428,7 +428,7 @@ def classify_facts(f: Facts) -> Classification:
     )
 
 
-def classify(history: Sequence[Event], attempt: int) -> Classification:
+def classify(history: Sequence[Event], attempt: int, at: Event | None = None) -> Classification:
     """Classify why ``attempt`` of the job ended unsuccessfully.
 
     Args:
@@ -436,13 +436,15 @@ def classify(history: Sequence[Event], attempt: int) -> Classification:
             that ended the attempt. Later events do not change the answer.
         attempt: the attempt number (0 for a job that never got one: rejected,
             or no capacity before its first attempt).
+        at: the ending to judge the attempt on; default its first one. The decider
+            passes a late release that shows the watchdog's verdict was wrong.
 
     Returns:
         The classification of the first rule that matches; ``unknown`` when none does.
         Call it for attempts that did not succeed cleanly (see
         :func:`projections.history.is_clean_success`).
     """
-    return classify_facts(gather(history, attempt))
+    return classify_facts(gather(history, attempt, at))
 
 
 def classify_rejection(event: JobRejected) -> Classification:

@@ -235,18 +235,30 @@ def late_success_supersedes_the_running_retry() -> JobHistory:
     return h
 
 
-def late_failure_keeps_the_retry() -> JobHistory:
-    """Declared lost; its late end is a failure (exit 1) after the retry was ordered: the
+def late_failure_decides_on_the_real_facts() -> JobHistory:
+    """Declared lost during a broker outage; its late end is the job's own failure (exit 1)
+    before the retry is placed: the retry is withdrawn, the attempt classified on its real
+    facts, and the job fails user_process_error, billed up to the real release."""
+    h = _ran(JobHistory(), 120)
+    _unheard_then_lost(h)
+    h.wait(1).unheard_node_returns()
+    h.exit(1, ("RuntimeError: boom",))
+    h.wait(1).release()
+    return h
+
+
+def late_failure_keeps_the_running_retry() -> JobHistory:
+    """Declared lost; its late end is a failure (exit 1) after the retry started: the
     decision on the loss stands, the late exit is recorded, the retry succeeds; the lost
     attempt is credited up to its last heartbeat, the retry billed."""
     h = _ran(JobHistory(), 120)
     retry = _unheard_then_lost(h)
-    h.wait(1).late(1, "node-a")
+    h.wait(retry.delay_s).queue()
+    h.wait(2).start(node="node-b", provider="gcp", resume_from=retry.resume_from)
+    h.wait(30).late(1, "node-a")
     h.exit(1, ("RuntimeError: boom",))
     h.wait(1).release()
-    h.current().wait(retry.delay_s).queue()
-    h.wait(2).start(node="node-b", provider="gcp", resume_from=retry.resume_from)
-    h.wait(100)
+    h.current().wait(100)
     return _succeed(h)
 
 
@@ -327,7 +339,8 @@ SCENARIOS: dict[str, Callable[[], JobHistory]] = {
         retry_no_capacity,
         late_success_withdraws_the_retry,
         late_success_supersedes_the_running_retry,
-        late_failure_keeps_the_retry,
+        late_failure_decides_on_the_real_facts,
+        late_failure_keeps_the_running_retry,
         upload_failed,
         output_missing,
         cancel_while_queued,

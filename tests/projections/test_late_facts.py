@@ -4,8 +4,8 @@ A broker outage makes the watchdog declare a running attempt lost; the node ran
 on, unheard, and its spool delivers the true end later: before the retry is
 placed, while it runs, or after it ended. The rule (docs/lifecycle.md): the
 earliest clean success wins; a retry not yet placed is withdrawn, one placed is
-superseded; a late end that is not a clean success changes no decision; the job
-the user sees ends once, and nothing is billed twice.
+superseded; a late failure decides the job while its retry is not placed and
+changes nothing once it is; the job ends once, and nothing is billed twice.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from schemas.events import (
     AttemptLost,
     AttemptSuperseded,
     ComputeReleased,
+    JobFailed,
     JobSucceeded,
     RetryScheduled,
     RetryWithdrawn,
@@ -117,8 +118,14 @@ def test_late_facts_reconcile_by_the_rule(case: tuple[JobHistory, str, str, bool
         running = when == "retry_running"
         assert len(withdrawn) == (0 if running else 1)
         assert [s.attempt for s in superseded] == ([2] if running else [])
+    elif when == "before_retry":
+        # A late failure while its retry is not placed: decided on the real facts.
+        real = {"exit_1": "user_process_error", "missing_output": "output_missing"}[late]
+        assert isinstance(terminals[0], JobFailed) and terminals[0].attempt == 1
+        assert terminals[0].failure_class == real and len(withdrawn) == 1
+        assert view.failure is not None and view.failure.failure_class == real
     else:
-        # A late failure, or a success after the job ended, changes no decision.
+        # A late failure once the retry runs, or anything after the job ended: no change.
         assert withdrawn == [] and all(s.attempt == 1 for s in superseded)
         assert terminals[0].attempt != 1 or not isinstance(terminals[0], JobSucceeded)
 
@@ -128,7 +135,7 @@ def test_late_facts_reconcile_by_the_rule(case: tuple[JobHistory, str, str, bool
 def test_late_facts_are_billed_once_and_credited_only_to_the_last_heartbeat(
     case: tuple[JobHistory, str, str, bool],
 ) -> None:
-    h, _, late, ended_before = case
+    h, when, late, ended_before = case
     record = account(h.events, h.ticks)
     assert record.final
     succeeded = [a for a in record.attempts if a.outcome == "succeeded"]
@@ -138,9 +145,11 @@ def test_late_facts_are_billed_once_and_credited_only_to_the_last_heartbeat(
     lost = next(e for e in h.events if isinstance(e, AttemptLost))
     first = record.attempts[0]
     won = late == "success" and not ended_before
+    decided_on_it = not ended_before and (won or when == "before_retry")
     real_release = next(e for e in h.events if isinstance(e, ComputeReleased) and e.attempt == 1)
-    if won:  # the real facts apply to the attempt the job kept
-        assert first.outcome == "succeeded" and first.released_at == real_release.occurred_at
+    if decided_on_it:  # the real facts apply to the attempt the job was decided on
+        assert first.outcome == ("succeeded" if won else "failed")
+        assert first.released_at == real_release.occurred_at
         assert first.billable_gpu_seconds == first.gpu_seconds > 0
         assert record.billable_gpu_seconds == first.gpu_seconds
     else:  # the loss stands: credited up to the last heartbeat, never past it

@@ -276,8 +276,29 @@ def test_a_late_clean_end_while_the_retry_runs_wins_and_supersedes_the_retry() -
     assert record.final and record.reconciled
 
 
-def test_a_late_failure_keeps_the_retry_and_the_credit_ends_at_the_last_heartbeat() -> None:
-    h = scenarios.late_failure_keeps_the_retry()
+def test_a_late_failure_before_the_retry_is_placed_decides_the_job_on_its_real_facts() -> None:
+    h = scenarios.late_failure_decides_on_the_real_facts()
+    view, record = outcome(h)
+    verdict, real = derived(h, FailureClassified)
+    assert (verdict.failure_class, real.failure_class) == ("node_lost", "user_process_error")
+    withdrawn = only(h, RetryWithdrawn)
+    assert "its own facts arrived (user_process_error)" in withdrawn.reason
+    failed = only(h, JobFailed)
+    assert isinstance(failed, JobFailed) and failed.failure_class == "user_process_error"
+    assert view.status == "failed" and view.failure is not None
+    assert (
+        view.failure.rule_id == "run.exit_nonzero" and "RuntimeError: boom" in view.failure.summary
+    )
+    (a,) = record.attempts
+    # The job's own failure, billed like any: up to the real release, which the meter saw.
+    assert (a.outcome, a.attribution, a.release_source) == ("failed", "user", "released")
+    assert a.billable_gpu_seconds == a.gpu_seconds == a.metered_gpu_seconds and a.reconciled
+
+
+def test_a_late_failure_after_the_retry_started_keeps_it_and_credits_to_the_last_heartbeat() -> (
+    None
+):
+    h = scenarios.late_failure_keeps_the_running_retry()
     view, record = outcome(h)
     assert derived(h, RetryWithdrawn) == derived(h, AttemptSuperseded) == []
     assert only(h, JobSucceeded).attempt == 2
@@ -287,7 +308,7 @@ def test_a_late_failure_keeps_the_retry_and_the_credit_ends_at_the_last_heartbea
     assert lost.outcome == "lost" and lost.released_at == beat
     assert lost.credited_gpu_seconds == lost.gpu_seconds == 124.0
     # The meter saw the attempt run on to its real release: the record says they differ.
-    assert lost.metered_gpu_seconds == 231.0 and not lost.reconciled
+    assert lost.metered_gpu_seconds > lost.gpu_seconds and not lost.reconciled
     assert retry.outcome == "succeeded" and record.billable_gpu_seconds == retry.gpu_seconds
 
 
