@@ -7,8 +7,8 @@ edited or removed: readers resolve any stored writer schema to the current one.
 
 Run ``python -m schemas.avro --write`` after changing a model; it stores a new
 version when the generated schema differs from the latest stored one, and
-refuses changes that would break old readers (a field removed, or added
-without a default).
+refuses changes that would break readers in either direction, as Avro's
+schema resolution decides (:func:`compatibility_problems`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+import avro.schema
+from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
@@ -167,25 +169,33 @@ def stored_schemas() -> dict[str, dict[int, AvroSchema]]:
     return out
 
 
-def _field_names(schema: AvroSchema) -> dict[str, AvroSchema]:
-    return {f["name"]: f for f in schema["fields"]}
+def compatibility_problems(old: AvroSchema, new: AvroSchema) -> list[str]:
+    """Why ``new`` and ``old`` cannot read each other's data (empty when both directions work).
 
-
-def compatibility_problems(old: AvroSchema, new: AvroSchema, where: str = "") -> list[str]:
-    """Why a reader with ``new`` could not read data written with ``old`` (empty if it can)."""
+    Both directions, because both happen: a new consumer reads payloads an old
+    producer wrote (the topics keep them, replay reads from offset 0), and an old
+    consumer still running during a deploy reads what a new producer writes. The
+    check is Avro's own schema-resolution rules (``avro.compatibility``), so a type
+    change (``long`` to ``string``), a field renamed inside an array or map of
+    records, or a union that lost a branch are caught wherever they are nested.
+    """
     problems = []
-    old_fields, new_fields = _field_names(old), _field_names(new)
-    for name in old_fields:
-        if name not in new_fields:
-            problems.append(f"{where}{name}: removed (fields may only be added)")
-    for name, field in new_fields.items():
-        if name not in old_fields and "default" not in field:
-            problems.append(f"{where}{name}: added without a default")
-        elif name in old_fields:
-            o, n = old_fields[name]["type"], field["type"]
-            if isinstance(o, dict) and isinstance(n, dict) and o.get("type") == "record":
-                problems += compatibility_problems(o, n, f"{where}{name}.")
+    old_parsed, new_parsed = _parse_avro(old), _parse_avro(new)
+    for direction, reader, writer in (
+        ("new readers cannot read old data", new_parsed, old_parsed),
+        ("old readers cannot read new data", old_parsed, new_parsed),
+    ):
+        result = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
+        if result.compatibility is SchemaCompatibilityType.incompatible:
+            kinds = ", ".join(sorted({k.value for k in result.incompatibilities}))
+            where = ", ".join(sorted(result.locations))
+            what = "; ".join(sorted(result.messages))
+            problems.append(f"{direction}: {kinds} at {where} ({what})")
     return problems
+
+
+def _parse_avro(schema: AvroSchema) -> avro.schema.Schema:
+    return avro.schema.parse(json.dumps(schema))
 
 
 def write_new_versions() -> list[str]:
@@ -202,11 +212,15 @@ def write_new_versions() -> list[str]:
                     f"bump {name}.SCHEMA_VERSION to {max(versions) + 1}"
                 )
             continue
-        if versions:
-            latest = versions[max(versions)]
-            problems = compatibility_problems(latest, schema)
+        # Every stored version, not just the latest: replay reads the topics from offset 0.
+        for old_version, old in sorted(versions.items()):
+            problems = compatibility_problems(old, schema)
             if problems:
-                raise SchemaRegistryError(f"{name} v{version} breaks old readers: {problems}")
+                raise SchemaRegistryError(
+                    f"{name} v{version} is incompatible with stored v{old_version}: "
+                    f"{'; '.join(problems)}. Add fields with defaults instead of changing or "
+                    "renaming them"
+                )
         path = AVRO_DIR / f"{name}.v{version}.avsc"
         path.write_text(json.dumps(schema, indent=2) + "\n")
         written.append(str(path))
