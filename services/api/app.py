@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import secrets
 import socket
 from datetime import UTC, datetime
@@ -21,10 +22,14 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from schemas.events import CancelRequested, JobSubmitted, new_event_id
-from schemas.views import JOB_STATUSES, TERMINAL_STATUSES
-from services.api import artifacts, auth, errors, idempotency, problems, queries
+from schemas.spec import JobSpec
+from schemas.views import JOB_STATUSES, TERMINAL_STATUSES, AccountingRecord
+from services.api import artifacts, auth, console, errors, idempotency, problems, queries
+from services.api import models as m
 from services.api.logs import serve_logs
-from services.api.openapi import openapi_document
+from services.api.openapi import Header, Operation, Reply, openapi_document, public_paths, register
+from services.api.timeline import Timeline, timeline
+from services.cli.explain import explain
 from services.ledger.client import Ledger
 from services.objectstore import ObjectRef, ObjectStoreError
 from services.ops.checks import close_checks
@@ -42,6 +47,7 @@ POOL = web.AppKey("pool", asyncpg.Pool)
 PRODUCER = web.AppKey("producer", str)
 SUBMISSIONS = web.AppKey("submissions", idempotency.Submissions)
 SIGNER = web.AppKey("signer", artifacts.Signer)
+OPENAPI = web.AppKey("openapi", dict)
 
 
 def new_job_id() -> str:
@@ -229,30 +235,52 @@ async def _wait_recorded(pool: asyncpg.Pool, job_id: str, timeout: float) -> boo
 
 
 async def list_jobs(request: web.Request) -> web.Response:
-    statuses = [s for v in request.query.getall("status", []) for s in v.split(",") if s]
-    unknown = sorted(set(statuses) - set(JOB_STATUSES))
-    if unknown:
+    raw: dict[str, Any] = {k: request.query[k] for k in ("limit", "cursor") if k in request.query}
+    raw["status"] = [s for v in request.query.getall("status", []) for s in v.split(",") if s]
+    try:
+        query = m.ListJobsQuery.model_validate(raw)
+    except ValidationError as exc:
+        return problem_response(422, _query_problems(exc), "invalid_query")
+    try:
+        after = queries.decode_cursor(query.cursor) if query.cursor else None
+    except ValueError as exc:
         return problem_response(
             422,
             [
                 problems.Problem(
-                    "status",
-                    f"unknown status {', '.join(unknown)}",
-                    f"use one of {', '.join(JOB_STATUSES)}",
+                    "cursor",
+                    str(exc),
+                    "pass the `next_cursor` of the previous page unchanged, or omit it for the "
+                    "first page",
                 )
             ],
             "invalid_query",
         )
-    try:
-        limit = min(max(int(request.query.get("limit", "50")), 1), 500)
-    except ValueError:
-        return problem_response(
-            422, [problems.Problem("limit", "not a number", "use 1..500")], "invalid_query"
-        )
-    jobs = await queries.list_jobs(
-        request.app[POOL], _tenant(request), statuses, limit, request.query.get("before")
+    jobs, next_cursor = await queries.list_jobs(
+        request.app[POOL], _tenant(request), list(query.status), query.limit, after
     )
-    return web.json_response({"jobs": jobs, "count": len(jobs)})
+    body = {
+        "jobs": jobs,
+        "count": len(jobs),
+        "next_cursor": queries.encode_cursor(next_cursor) if next_cursor else None,
+    }
+    return web.json_response(body)
+
+
+def _query_problems(exc: ValidationError) -> list[problems.Problem]:
+    """Query errors named by parameter, with the accepted values as the fix."""
+    out = []
+    for error in exc.errors(include_url=False):
+        name = str(error["loc"][0]) if error["loc"] else "(query)"
+        if name == "status":
+            fix = f"use one of {', '.join(JOB_STATUSES)}"
+            problem = f"unknown status {error.get('input')!s}"
+        elif name == "limit":
+            fix, problem = "use a whole number from 1 to 500", str(error["msg"])
+        else:
+            fix, problem = "see /openapi.json for the accepted parameters", str(error["msg"])
+        out.append(problems.Problem(name, problem, fix))
+    return out
 
 
 async def get_job(request: web.Request) -> web.Response:
@@ -265,6 +293,26 @@ async def get_events(request: web.Request) -> web.Response:
     row = await _own_job(request)
     events = await queries.events(request.app[POOL], row["job_id"])
     return web.json_response({"job_id": row["job_id"], "events": events}, dumps=_json_text)
+
+
+async def get_explanation(request: web.Request) -> web.Response:
+    """The text ``gridledger explain`` prints, made by the same function, without colour."""
+    row = await _own_job(request)
+    record = await queries.accounting(request.app[POOL], row["job_id"])
+    document = queries.job_document(row, record)
+    text = ANSI.sub("", explain(json.loads(_json_text(document))))
+    return web.json_response({"job_id": row["job_id"], "status": row["status"], "text": text})
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+"""The CLI colours its headings on a terminal; the API serves plain text."""
+
+
+async def get_timeline(request: web.Request) -> web.Response:
+    row = await _own_job(request)
+    history = await queries.history(request.app[POOL], row["job_id"])
+    body = timeline(history, TERMINAL_STATUSES).model_dump(mode="json")
+    return web.json_response(body)
 
 
 async def get_logs(request: web.Request) -> web.StreamResponse:
@@ -426,24 +474,244 @@ async def cancel_job(request: web.Request) -> web.Response:
 
 
 async def list_nodes(request: web.Request) -> web.Response:
+    """The fleet as a tenant sees it (see ``services.api.models.NodeDocument``).
+
+    Capacity is shared, so every tenant sees every node, its GPUs and how many are
+    busy; whose work runs there is not shared, so the only attempts listed are the
+    tenant's own, read from the attempts read model. That is also why a node that
+    went silent never shows an attempt the watchdog already declared lost: the
+    node's last heartbeat still names it, the attempts table does not.
+    """
     silent_after = request.app[SETTINGS].scheduler_node_timeout_s
-    nodes = await queries.nodes(request.app[POOL])
+    pool = request.app[POOL]
+    nodes = await queries.nodes(pool)
+    mine = await queries.tenant_live_attempts(pool, _tenant(request))
     now = datetime.now(UTC)
+    out = []
     for node in nodes:
+        status = node.get("status")
         # The read model keeps the last status a node reported; a node that stopped
         # reporting is shown as silent, as the scheduler sees it (not placeable).
         last = node.get("last_heartbeat_at") or node.get("registered_at")
         if (
-            node.get("status") == "ready"
+            status == "ready"
             and last
             and (now - datetime.fromisoformat(last)).total_seconds() > silent_after
         ):
-            node["status"] = "silent"
-    return web.json_response({"nodes": nodes}, dumps=_json_text)
+            status = "silent"
+        free = list(node.get("free_gpu_indices") or []) if status == "ready" else []
+        out.append(
+            {
+                **{k: node.get(k) for k in NODE_FIELDS},
+                "status": status,
+                "free_gpu_indices": free,
+                "busy_gpu_count": len(node.get("gpus") or [])
+                - len(node.get("free_gpu_indices") or []),
+                "your_attempts": mine.get(node["node_id"], []),
+            }
+        )
+    return web.json_response({"nodes": out}, dumps=_json_text)
+
+
+NODE_FIELDS = (
+    "node_id",
+    "provider",
+    "region",
+    "inventory_source",
+    "inventory_note",
+    "gpus",
+    "host_memory_mb",
+    "agent_version",
+    "heartbeat_interval_s",
+    "registered_at",
+    "last_heartbeat_at",
+    "drained_at",
+    "drain_reason",
+)
+"""What a tenant sees of a node's row; ``running_attempts`` and ``gpu_usage`` name or
+reveal other tenants' work and stay out."""
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(openapi_document())
+    return web.json_response(request.app[OPENAPI])
+
+
+# --------------------------------------------------------------------------- the routes
+
+_JOB = "/v1/jobs/{job_id}"
+OPERATIONS: tuple[Operation, ...] = (
+    Operation(
+        "POST",
+        "/v1/jobs",
+        submit_job,
+        "submitJob",
+        "Submit a job (JSON or YAML JobSpec)",
+        {
+            200: Reply("a retried submit with the same Idempotency-Key: the same job", m.Created),
+            201: Reply("recorded on the ledger; body has job_id and links", m.Created),
+            400: Reply("the body is not JSON or YAML", m.Problems),
+            409: Reply("the Idempotency-Key was used with another spec", m.ErrorBody),
+            413: Reply("the body is larger than the limit", m.Problems),
+            422: Reply("the spec is invalid: each field, the problem and the fix", m.Problems),
+        },
+        body=JobSpec,
+        body_media=("application/json", "application/yaml"),
+        headers=(
+            Header(
+                "Idempotency-Key",
+                "a retried submit with the same key returns the same job (200) instead of "
+                "creating another",
+            ),
+        ),
+    ),
+    Operation(
+        "GET",
+        "/v1/jobs",
+        list_jobs,
+        "listJobs",
+        "The tenant's jobs, newest first, a page at a time",
+        {200: Reply("a page; follow next_cursor until it is null", m.JobPage)},
+        query=m.ListJobsQuery,
+    ),
+    Operation(
+        "GET",
+        _JOB,
+        get_job,
+        "getJob",
+        "The job's view: status, failure, advice, evidence, attempts",
+        {200: Reply("the job", m.JobDocument)},
+    ),
+    Operation(
+        "GET",
+        f"{_JOB}/events",
+        get_events,
+        "listJobEvents",
+        "Every lifecycle event of the job, in order",
+        {200: Reply("the job's history", m.EventList)},
+    ),
+    Operation(
+        "GET",
+        f"{_JOB}/timeline",
+        get_timeline,
+        "getJobTimeline",
+        "The lifecycle as lanes of states (job, each attempt), the uncertain windows, "
+        "and the state after every event",
+        {200: Reply("the timeline", Timeline)},
+    ),
+    Operation(
+        "GET",
+        f"{_JOB}/explain",
+        get_explanation,
+        "explainJob",
+        "What happened, why, whose side, what to do next (the text `gridledger explain` prints)",
+        {200: Reply("the explanation", m.Explanation)},
+    ),
+    Operation(
+        "GET",
+        f"{_JOB}/logs",
+        get_logs,
+        "getJobLogs",
+        "The job's logs; follow=true streams live until the job ends",
+        {
+            200: Reply(
+                "text/plain, or application/x-ndjson with one LogLine per line: chunks, "
+                "{keepalive: true} while a followed job is quiet, and a final {end: true, status}",
+                media={"text/plain": {"schema": {"type": "string"}}},
+                model=m.LogLine,
+                model_media="application/x-ndjson",
+            )
+        },
+        query=m.LogsQuery,
+    ),
+    Operation(
+        "GET",
+        f"{_JOB}/accounting",
+        get_accounting,
+        "getJobAccounting",
+        "The job's accounting record",
+        {200: Reply("the record", AccountingRecord)},
+    ),
+    Operation(
+        "POST",
+        f"{_JOB}/cancel",
+        cancel_job,
+        "cancelJob",
+        "Ask for the job to be cancelled",
+        {
+            202: Reply("CancelRequested recorded", m.CancelAccepted),
+            409: Reply("the job is already terminal", m.ErrorBody),
+        },
+    ),
+    Operation(
+        "GET",
+        "/v1/accounting",
+        list_accounting,
+        "listAccounting",
+        "The tenant's accounting records, newest jobs first",
+        {200: Reply("the records", m.AccountingList)},
+        tags=("accounting",),
+    ),
+    Operation(
+        "GET",
+        "/v1/nodes",
+        list_nodes,
+        "listNodes",
+        "The fleet's capacity, with only this tenant's attempts on each node",
+        {200: Reply("the nodes", m.NodeList)},
+        tags=("fleet",),
+    ),
+    Operation(
+        "GET",
+        "/openapi.json",
+        openapi,
+        "getOpenApi",
+        "This document",
+        {200: Reply("the OpenAPI 3.1 document", media={"application/json": {"schema": {}}})},
+        public=True,
+        tags=("ops",),
+    ),
+    *console.OPERATIONS,
+)
+
+
+def ops_operations(endpoints: OpsEndpoints) -> tuple[Operation, ...]:
+    """The ops endpoints every service has (``services.ops``), on the API's port too."""
+    text = {"text/plain": {"schema": {"type": "string"}}}
+    return (
+        Operation(
+            "GET",
+            "/healthz",
+            endpoints.healthz,
+            "getLiveness",
+            "The process is alive (liveness)",
+            {200: Reply("alive", m.Liveness)},
+            public=True,
+            tags=("ops",),
+        ),
+        Operation(
+            "GET",
+            "/readyz",
+            endpoints.readyz,
+            "getReadiness",
+            "Readiness: broker metadata fetched, Postgres answers SELECT 1",
+            {
+                200: Reply("every check passed", m.Readiness),
+                503: Reply("at least one check failed", m.Readiness),
+            },
+            public=True,
+            tags=("ops",),
+        ),
+        Operation(
+            "GET",
+            "/metrics",
+            endpoints.metrics,
+            "getMetrics",
+            "Prometheus metrics (text exposition format 0.0.4)",
+            {200: Reply("the metrics", media=text)},
+            public=True,
+            tags=("ops",),
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- composition root
@@ -458,10 +726,16 @@ def build_app(
     has (``services.ops``), served on the API's own port as well.
     """
     tokens = auth.Tokens(settings.tokens_path)
+    endpoints = ops or api_endpoints(settings, pool)
+    operations = (*OPERATIONS, *ops_operations(endpoints))
     app = web.Application(
         # Metrics outermost (they see every answer's status), then problem+json for any
         # failure, auth included.
-        middlewares=[request_metrics, errors.middleware(settings, pool), auth.middleware(tokens)],
+        middlewares=[
+            request_metrics,
+            errors.middleware(settings, pool),
+            auth.middleware(tokens, public_paths(operations)),
+        ],
         client_max_size=settings.api_max_body_bytes,
     )
     app[SETTINGS] = settings
@@ -470,20 +744,8 @@ def build_app(
     app[PRODUCER] = f"api/{socket.gethostname()}"
     app[SUBMISSIONS] = idempotency.Submissions()
     app[SIGNER] = artifacts.Signer(settings)
-    app.router.add_post("/v1/jobs", submit_job)
-    app.router.add_get("/v1/jobs", list_jobs)
-    app.router.add_get("/v1/jobs/{job_id}", get_job)
-    app.router.add_get("/v1/jobs/{job_id}/events", get_events)
-    app.router.add_get("/v1/jobs/{job_id}/logs", get_logs)
-    app.router.add_get("/v1/jobs/{job_id}/accounting", get_accounting)
-    app.router.add_get("/v1/jobs/{job_id}/artifacts", list_artifacts)
-    app.router.add_get("/v1/jobs/{job_id}/artifacts/url", artifact_url)
-    app.router.add_post("/v1/jobs/{job_id}/cancel", cancel_job)
-    app.router.add_get("/v1/accounting", list_accounting)
-    app.router.add_get("/v1/nodes", list_nodes)
-    app.router.add_get("/openapi.json", openapi)
-    endpoints = ops or api_endpoints(settings, pool)
-    endpoints.add_routes(app)
+    app[OPENAPI] = openapi_document(operations)
+    register(app, operations)
 
     async def close_checks_on_cleanup(app: web.Application) -> None:
         await close_checks(endpoints.checks)

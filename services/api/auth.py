@@ -14,11 +14,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from services.ops.server import OPS_PATHS
-
 TENANT_KEY = web.RequestKey("tenant", str)
-PUBLIC_PATHS = frozenset({"/openapi.json"}) | OPS_PATHS
-"""No token for the OpenAPI document and the ops endpoints (probes and scrapers)."""
 
 
 class Tokens:
@@ -71,12 +67,17 @@ def unauthorized(path: Path, why: str) -> web.Response:
     )
 
 
-def middleware(tokens: Tokens) -> Callable[..., Awaitable[web.StreamResponse]]:
+def middleware(
+    tokens: Tokens, public: frozenset[str]
+) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Authenticate every route except those whose path template is in ``public``."""
+
     @web.middleware
     async def authenticate(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        if request.path in PUBLIC_PATHS:
+        resource = request.match_info.route.resource
+        if resource is not None and resource.canonical in public:
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")

@@ -1,57 +1,159 @@
-"""The OpenAPI 3.1 document served at ``/openapi.json``; the JobSpec schema comes from the model."""
+"""The OpenAPI 3.1 document, generated from the API's operation table.
+
+Every route the API serves is one :class:`Operation`: method, path, handler,
+``operationId``, the query model and the response models by status.
+``build_app`` registers the routes from the same table, so the document cannot
+list a route that does not exist or miss one that does; the schemas come from
+the pydantic models (``services.api.models``, ``schemas.spec``,
+``schemas.views``), so a generated client (``openapi-python-client``) is typed.
+"""
 
 from __future__ import annotations
 
-from functools import cache
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.spec import JobSpec
-from schemas.views import JOB_STATUSES, AccountingRecord, JobView
+from aiohttp import web
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+
+from services.api.models import ErrorBody, Problems
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+REF = "#/components/schemas/{model}"
 
 
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
+@dataclass(frozen=True)
+class Reply:
+    """One response of an operation: a model (JSON) or a plain schema in another media type."""
+
+    description: str
+    model: type[BaseModel] | None = None
+    model_media: str = "application/json"
+    """The media type the model is sent as (NDJSON streams send one model per line)."""
+    media: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Media type -> schema, for bodies that are not one JSON model (text, NDJSON, HTML)."""
 
 
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
+@dataclass(frozen=True)
+class Header:
+    name: str
+    description: str
 
 
-_PROBLEMS = _json(_ref("Problems"), "what is wrong, field by field, and how to fix it")
-_NOT_FOUND = {"description": "no such job for this tenant (another tenant's job looks the same)"}
-_JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+    handler: Handler
+    operation_id: str
+    summary: str
+    responses: dict[int, Reply]
+    query: type[BaseModel] | None = None
+    body: type[BaseModel] | None = None
+    body_media: tuple[str, ...] = ("application/json",)
+    headers: tuple[Header, ...] = ()
+    public: bool = False
+    """Served without a bearer token (health, this document, the console's static pages)."""
+    tags: tuple[str, ...] = ("jobs",)
 
 
-def _components() -> dict[str, Any]:
-    schemas: dict[str, Any] = {}
-    for model in (JobSpec, JobView, AccountingRecord):
-        doc = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        schemas.update(doc.pop("$defs", {}))
-        schemas[model.__name__] = doc
-    schemas["Problems"] = {
-        "type": "object",
-        "properties": {
-            "error": {"type": "string"},
-            "problems": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "field": {"type": "string", "examples": ["resources.gpus"]},
-                        "problem": {"type": "string"},
-                        "fix": {"type": "string"},
-                    },
-                    "required": ["field", "problem", "fix"],
-                },
-            },
-        },
-    }
-    return schemas
+UNAUTHORIZED = Reply("missing or unknown bearer token", ErrorBody)
+NOT_FOUND = Reply("no such job for this tenant (another tenant's job looks the same)", ErrorBody)
+INVALID_QUERY = Reply("a query parameter is invalid: which one and how to fix it", Problems)
 
 
-@cache
-def openapi_document() -> dict[str, Any]:
-    """The API description (paths, bearer auth, and the models' JSON schemas)."""
+def _path_parameters(path: str) -> list[dict[str, Any]]:
+    return [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in re.findall(r"{(\w+)}", path)
+    ]
+
+
+def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    schema = model.model_json_schema(ref_template=REF)
+    required = set(schema.get("required", []))
+    params = []
+    for name, prop in schema["properties"].items():
+        prop = {k: v for k, v in prop.items() if k != "title"}
+        description = prop.pop("description", None)
+        param: dict[str, Any] = {
+            "name": name,
+            "in": "query",
+            "required": name in required,
+            "schema": prop,
+        }
+        if description:
+            param["description"] = description
+        if prop.get("type") == "array":
+            param["style"], param["explode"] = "form", True
+        params.append(param)
+    return params
+
+
+def _models(operations: Sequence[Operation]) -> list[tuple[type[BaseModel], JsonSchemaMode]]:
+    found: dict[tuple[type[BaseModel], JsonSchemaMode], None] = {}
+    for op in operations:
+        if op.body is not None:
+            found[(op.body, "validation")] = None
+        for reply in op.responses.values():
+            if reply.model is not None:
+                found[(reply.model, "serialization")] = None
+    return list(found)
+
+
+def _responses(op: Operation, refs: dict[Any, Any]) -> dict[str, Any]:
+    replies = dict(op.responses)
+    if not op.public:
+        replies.setdefault(401, UNAUTHORIZED)
+    if "{job_id}" in op.path and not op.public:
+        replies.setdefault(404, NOT_FOUND)
+    if op.query is not None:
+        replies.setdefault(422, INVALID_QUERY)
+    out: dict[str, Any] = {}
+    for status, reply in sorted(replies.items()):
+        content = dict(reply.media)
+        if reply.model is not None:
+            content[reply.model_media] = {"schema": refs[(reply.model, "serialization")]}
+        out[str(status)] = {"description": reply.description, "content": content}
+    return out
+
+
+def openapi_document(operations: Sequence[Operation]) -> dict[str, Any]:
+    """The API description of ``operations``: paths, parameters, bearer auth, models."""
+    refs, defs = models_json_schema(_models(operations), ref_template=REF)
+    paths: dict[str, dict[str, Any]] = {}
+    for op in operations:
+        item: dict[str, Any] = {
+            "operationId": op.operation_id,
+            "summary": op.summary,
+            "tags": list(op.tags),
+            "parameters": [
+                *_path_parameters(op.path),
+                *(_query_parameters(op.query) if op.query else []),
+                *(
+                    {
+                        "name": h.name,
+                        "in": "header",
+                        "schema": {"type": "string"},
+                        "description": h.description,
+                    }
+                    for h in op.headers
+                ),  # fmt: skip
+            ],
+            "responses": _responses(op, refs),
+        }
+        if op.public:
+            item["security"] = []
+        if op.body is not None:
+            schema = refs[(op.body, "validation")]
+            item["requestBody"] = {
+                "required": True,
+                "content": {media: {"schema": schema} for media in op.body_media},
+            }
+        paths.setdefault(op.path, {})[op.method.lower()] = item
     return {
         "openapi": "3.1.0",
         "info": {
@@ -60,153 +162,20 @@ def openapi_document() -> dict[str, Any]:
             "description": "Submit containerised GPU jobs; follow, explain and account for them.",
         },
         "security": [{"bearer": []}],
-        "paths": {
-            "/v1/jobs": {
-                "post": {
-                    "summary": "Submit a job (JSON or YAML JobSpec)",
-                    "parameters": [
-                        {
-                            "name": "Idempotency-Key",
-                            "in": "header",
-                            "schema": {"type": "string"},
-                            "description": "a retried submit with the same key returns the "
-                            "same job (200) instead of creating another, even under concurrency "
-                            "and while Postgres is down",
-                        }
-                    ],
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {"schema": _ref("JobSpec")},
-                            "application/yaml": {"schema": _ref("JobSpec")},
-                        },
-                    },
-                    "responses": {
-                        "202": {
-                            "description": "accepted: the broker acknowledged JobSubmitted; body "
-                            "has job_id, links and recorded (false while status reads lag)"
-                        },
-                        "200": {"description": "a repeat of an Idempotency-Key: the same job"},
-                        "409": {"description": "the Idempotency-Key was used with another spec"},
-                        "503": {
-                            "description": "application/problem+json with Retry-After: the "
-                            "broker did not take the write; nothing was recorded"
-                        },
-                        "400": _PROBLEMS,
-                        "401": {"description": "missing or unknown bearer token"},
-                        "413": _PROBLEMS,
-                        "422": _PROBLEMS,
-                    },
-                },
-                "get": {
-                    "summary": "The tenant's jobs, newest first",
-                    "parameters": [
-                        {
-                            "name": "status",
-                            "in": "query",
-                            "schema": {"type": "string", "enum": list(JOB_STATUSES)},
-                        },
-                        {"name": "limit", "in": "query", "schema": {"type": "integer"}},
-                        {"name": "before", "in": "query", "schema": {"type": "string"}},
-                    ],
-                    "responses": {"200": {"description": "{jobs: [...], count}"}},
-                },
-            },
-            "/v1/jobs/{job_id}": {
-                "get": {
-                    "summary": "The job's view: status, failure, advice, evidence, attempts",
-                    "parameters": [_JOB_ID],
-                    "responses": {"200": _json(_ref("JobView"), "the job"), "404": _NOT_FOUND},
-                }
-            },
-            "/v1/jobs/{job_id}/events": {
-                "get": {
-                    "summary": "Every lifecycle event of the job, in order",
-                    "parameters": [_JOB_ID],
-                    "responses": {"200": {"description": "{job_id, events}"}, "404": _NOT_FOUND},
-                }
-            },
-            "/v1/jobs/{job_id}/logs": {
-                "get": {
-                    "summary": "The job's logs; follow=true streams live until the job ends",
-                    "parameters": [
-                        _JOB_ID,
-                        {"name": "follow", "in": "query", "schema": {"type": "boolean"}},
-                        {"name": "attempt", "in": "query", "schema": {"type": "integer"}},
-                        {
-                            "name": "stream",
-                            "in": "query",
-                            "schema": {"enum": ["stdout", "stderr", "system"]},
-                        },
-                        {"name": "format", "in": "query", "schema": {"enum": ["text", "ndjson"]}},
-                    ],
-                    "responses": {
-                        "200": {
-                            "description": "text/plain, or application/x-ndjson with one chunk "
-                            "per line, {keepalive: true} lines while a followed job is quiet, "
-                            "and a final {end: true, status}",
-                        },
-                        "404": _NOT_FOUND,
-                    },
-                }
-            },
-            "/v1/jobs/{job_id}/accounting": {
-                "get": {
-                    "summary": "The job's accounting record",
-                    "parameters": [_JOB_ID],
-                    "responses": {
-                        "200": _json(_ref("AccountingRecord"), "the record"),
-                        "404": _NOT_FOUND,
-                    },
-                }
-            },
-            "/v1/jobs/{job_id}/cancel": {
-                "post": {
-                    "summary": "Ask for the job to be cancelled",
-                    "parameters": [_JOB_ID],
-                    "responses": {
-                        "202": {"description": "CancelRequested recorded"},
-                        "404": _NOT_FOUND,
-                        "409": {"description": "the job is already terminal"},
-                    },
-                }
-            },
-            "/v1/accounting": {
-                "get": {
-                    "summary": "The tenant's accounting records, newest jobs first",
-                    "responses": {"200": {"description": "{records, count}"}},
-                }
-            },
-            "/v1/nodes": {
-                "get": {"summary": "The fleet", "responses": {"200": {"description": "{nodes}"}}}
-            },
-            "/healthz": {
-                "get": {
-                    "summary": "The process is alive (liveness)",
-                    "security": [],
-                    "responses": {"200": {"description": "{service, pid, alive, uptime_s}"}},
-                }
-            },
-            "/readyz": {
-                "get": {
-                    "summary": "Readiness: broker metadata fetched, Postgres answers SELECT 1",
-                    "security": [],
-                    "responses": {
-                        "200": {"description": "{service, pid, ready, checks[]}: all passed"},
-                        "503": {"description": "same body; at least one check failed"},
-                    },
-                }
-            },
-            "/metrics": {
-                "get": {
-                    "summary": "Prometheus metrics (text exposition format)",
-                    "security": [],
-                    "responses": {"200": {"description": "text/plain; version=0.0.4"}},
-                }
-            },
-        },
+        "paths": paths,
         "components": {
-            "schemas": _components(),
+            "schemas": defs.get("$defs", {}),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
+
+
+def register(app: web.Application, operations: Sequence[Operation]) -> None:
+    """Add every operation's route to ``app`` (the only place routes are added)."""
+    for op in operations:
+        app.router.add_route(op.method, op.path, op.handler, name=op.operation_id)
+
+
+def public_paths(operations: Sequence[Operation]) -> frozenset[str]:
+    """Path templates served without a token."""
+    return frozenset(op.path for op in operations if op.public)

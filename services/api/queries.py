@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+from datetime import datetime
 from typing import Any
 
 import asyncpg
 
+from schemas.events import Event
 from schemas.views import TERMINAL_STATUSES
+from services.sink.rows import event_from_payload
 
 
 def _json(value: Any) -> Any:
@@ -29,22 +34,69 @@ async def job_recorded(pool: asyncpg.Pool, job_id: str) -> bool:
     return await pool.fetchval("SELECT 1 FROM jobs WHERE job_id = $1", job_id) is not None
 
 
+JOB_LIST_COLUMNS = (
+    "job_id, name, status, attempt, image, gpus, submitted_at, updated_at, "
+    "terminal_at, failure_class, attribution, summary"
+)
+
+
 async def list_jobs(
-    pool: asyncpg.Pool, tenant: str, statuses: list[str], limit: int, before: str | None
-) -> list[dict[str, Any]]:
-    """The tenant's jobs, newest first."""
+    pool: asyncpg.Pool,
+    tenant: str,
+    statuses: list[str],
+    limit: int,
+    after: JobCursor | None,
+) -> tuple[list[dict[str, Any]], JobCursor | None]:
+    """One page of the tenant's jobs, newest first, and the cursor of the next page.
+
+    The order and the page boundary are the same key, ``(submitted_at, job_id)``
+    descending (the ``jobs_by_tenant`` index), so a page starts exactly after the
+    last row of the previous one: no job is skipped or repeated however job ids
+    compare with submission times. Jobs without a submission time (none in a
+    well-formed ledger) sort first.
+    """
+    after_at, after_id = after if after is not None else (None, None)
     rows = await pool.fetch(
-        "SELECT job_id, name, status, attempt, image, gpus, submitted_at, updated_at, "
-        "terminal_at, failure_class, attribution, summary FROM jobs "
+        f"SELECT {JOB_LIST_COLUMNS} FROM jobs "
         "WHERE tenant = $1 AND (cardinality($2::text[]) = 0 OR status = ANY($2::text[])) "
-        "AND ($3::text IS NULL OR job_id < $3) "
-        "ORDER BY submitted_at DESC NULLS LAST, job_id DESC LIMIT $4",
+        "AND ($4::text IS NULL "
+        "     OR ($3::timestamptz IS NULL AND submitted_at IS NULL AND job_id < $4) "
+        "     OR ($3::timestamptz IS NULL AND submitted_at IS NOT NULL) "
+        "     OR (submitted_at, job_id) < ($3::timestamptz, $4::text)) "
+        "ORDER BY submitted_at DESC NULLS FIRST, job_id DESC LIMIT $5",
         tenant,
         statuses,
-        before,
-        limit,
+        after_at,
+        after_id,
+        limit + 1,
     )
-    return [{k: _iso(v) for k, v in dict(r).items()} for r in rows]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_cursor = (rows[-1]["submitted_at"], rows[-1]["job_id"]) if more else None
+    return [{k: _iso(v) for k, v in dict(r).items()} for r in rows], next_cursor
+
+
+JobCursor = tuple[datetime | None, str]
+"""The ``(submitted_at, job_id)`` of the last job of a page."""
+
+
+def encode_cursor(cursor: JobCursor) -> str:
+    """An opaque token for clients: base64url of the page key (clients must not parse it)."""
+    at, job_id = cursor
+    raw = json.dumps([at.isoformat() if at else None, job_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(token: str) -> JobCursor:
+    """The page key of a token from :func:`encode_cursor`; ValueError when it is not one."""
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        at, job_id = json.loads(raw)
+        if not isinstance(job_id, str) or not (at is None or isinstance(at, str)):
+            raise ValueError("wrong shape")
+        return (datetime.fromisoformat(at) if at else None, job_id)
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise ValueError(f"not a cursor this API issued ({exc})") from exc
 
 
 async def accounting(pool: asyncpg.Pool, job_id: str) -> dict[str, Any] | None:
@@ -89,6 +141,9 @@ def links(job_id: str) -> dict[str, str]:
         "logs": f"{base}/logs",
         "accounting": f"{base}/accounting",
         "cancel": f"{base}/cancel",
+        "explain": f"{base}/explain",
+        "timeline": f"{base}/timeline",
+        "outputs": f"{base}/outputs",
     }
 
 
@@ -97,6 +152,14 @@ async def events(pool: asyncpg.Pool, job_id: str) -> list[dict[str, Any]]:
         "SELECT seq, payload FROM job_events WHERE job_id = $1 ORDER BY seq", job_id
     )
     return [{"seq": r["seq"], **_json(r["payload"])} for r in rows]
+
+
+async def history(pool: asyncpg.Pool, job_id: str) -> list[tuple[int, Event]]:
+    """The job's lifecycle events as models, with their ``seq``, in history order."""
+    rows = await pool.fetch(
+        "SELECT seq, type, payload FROM job_events WHERE job_id = $1 ORDER BY seq", job_id
+    )
+    return [(r["seq"], event_from_payload(r["type"], r["payload"])) for r in rows]
 
 
 async def log_chunks(
@@ -128,6 +191,28 @@ async def nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:
         item["gpus"] = _json(item["gpus"])
         item["gpu_usage"] = _json(item["gpu_usage"])
         out.append(item)
+    return out
+
+
+LIVE_ATTEMPT_STATUSES = ("scheduled", "starting", "running", "finishing")
+"""Attempt states that hold (or are about to hold) GPUs on their node."""
+
+
+async def tenant_live_attempts(pool: asyncpg.Pool, tenant: str) -> dict[str, list[dict[str, Any]]]:
+    """Node id -> the tenant's attempts live there (an attempt declared lost is not live)."""
+    rows = await pool.fetch(
+        "SELECT a.node_id, a.job_id, a.attempt, a.status, j.status AS job_status "
+        "FROM attempts a JOIN jobs j USING (job_id) "
+        "WHERE j.tenant = $1 AND a.status = ANY($2::text[]) AND a.node_id <> '' "
+        "ORDER BY a.node_id, a.job_id, a.attempt",
+        tenant,
+        list(LIVE_ATTEMPT_STATUSES),
+    )
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(r["node_id"], []).append(
+            {k: r[k] for k in ("job_id", "attempt", "status", "job_status")}
+        )
     return out
 
 

@@ -14,7 +14,9 @@ def _nodes_table(nodes: list[dict[str, Any]], clock: render.Clock) -> str:
     rows = []
     for n in nodes:
         models = sorted({g["model"] for g in n["gpus"]})
-        running = len(n["running_attempts"])
+        # Only the tenant's own attempts, from the attempts read model: one the watchdog
+        # declared lost is not counted (the API scopes /v1/nodes this way).
+        running = len(n["your_attempts"])
         live = n["status"] == "ready"
         rows.append(
             [

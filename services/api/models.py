@@ -1,0 +1,304 @@
+"""The API's request and response shapes as pydantic models.
+
+They are what the OpenAPI document is generated from (``services.api.openapi``),
+so a generated client is typed; tests validate real responses against them, so
+the document cannot drift from what the handlers send. Read models the
+projections own (``JobView``, ``AccountingRecord``) are reused, not copied.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.events import ENVELOPE_FIELDS
+from schemas.views import JOB_STATUSES, JobView
+
+JobStatus = Literal[
+    "submitted",
+    "queued",
+    "scheduled",
+    "starting",
+    "running",
+    "finishing",
+    "lost_contact",
+    "retrying",
+    "succeeded",
+    "succeeded_with_errors",
+    "failed",
+    "cancelled",
+    "rejected",
+]
+assert tuple(JobStatus.__args__) == JOB_STATUSES  # type: ignore[attr-defined]  # one list
+
+
+class ApiModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- queries
+
+
+class ListJobsQuery(ApiModel):
+    """Query of ``GET /v1/jobs``; ``status`` may repeat or be comma-separated."""
+
+    status: list[JobStatus] = Field(default_factory=list, description="only jobs in these states")
+    limit: int = Field(50, ge=1, le=500, description="jobs per page")
+    cursor: str | None = Field(
+        None,
+        description="the `next_cursor` of the previous page (opaque); omit for the first page",
+    )
+
+
+class LogsQuery(ApiModel):
+    follow: bool = Field(False, description="stream live until the job ends")
+    attempt: int | None = Field(None, ge=1, description="only this attempt")
+    stream: Literal["stdout", "stderr", "system"] | None = None
+    format: Literal["text", "ndjson"] = Field(
+        "text", description="ndjson: one chunk per line (also `Accept: application/x-ndjson`)"
+    )
+
+
+# --------------------------------------------------------------------------- responses
+
+
+class Links(ApiModel):
+    self: str
+    events: str
+    logs: str
+    accounting: str
+    cancel: str
+    explain: str
+    timeline: str
+    outputs: str
+
+
+class Problem(ApiModel):
+    field: str = Field(examples=["resources.gpus"])
+    problem: str
+    fix: str
+
+
+class Problems(ApiModel):
+    """A request the API refused: what is wrong, field by field, and how to fix it."""
+
+    error: str
+    problems: list[Problem]
+
+
+class ErrorBody(ApiModel):
+    """Any other refusal: a machine-readable ``error`` and a sentence saying what to do."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str
+    detail: str
+    hint: str | None = None
+
+
+class Created(ApiModel):
+    """A submitted job: recorded on the ledger (``recorded``: the read model has it too)."""
+
+    job_id: str
+    status: JobStatus
+    event_id: str | None = Field(None, description="the JobSubmitted event (absent on a replay)")
+    recorded: bool
+    links: Links
+
+
+class JobSummary(ApiModel):
+    """One row of the job list."""
+
+    job_id: str
+    name: str
+    status: JobStatus
+    attempt: int
+    image: str
+    gpus: int
+    submitted_at: datetime | None
+    updated_at: datetime | None
+    terminal_at: datetime | None
+    failure_class: str | None
+    attribution: str | None
+    summary: str | None
+
+
+class JobPage(ApiModel):
+    """A page of jobs, newest first; follow ``next_cursor`` until it is null."""
+
+    jobs: list[JobSummary]
+    count: int
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null: last")
+
+
+class AccountingSummary(ApiModel):
+    final: bool | None
+    held_seconds: float | None
+    gpu_seconds: float | None
+    metered_gpu_seconds: float | None
+    billable_gpu_seconds: float | None
+    credited_gpu_seconds: float | None
+    reconciled: bool | None
+    policy_version: str | None
+
+
+class JobDocument(JobView):
+    """The JobView with what a client needs next: terminal, accounting summary, links."""
+
+    terminal: bool
+    accounting: AccountingSummary | None
+    links: Links
+
+
+class EventRecord(BaseModel):
+    """One event of a job's history: the envelope, ``seq``, and the event's own fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+    seq: int = Field(description="position in the job's de-duplicated history (1, 2, ...)")
+    event_id: str
+    job_id: str
+    attempt: int
+    type: str
+    occurred_at: datetime
+    producer: str
+    causation_id: str | None
+    schema_version: int
+
+
+assert set(ENVELOPE_FIELDS) <= set(EventRecord.model_fields)
+
+
+class EventList(ApiModel):
+    job_id: str
+    events: list[EventRecord]
+
+
+class LogLine(ApiModel):
+    """One line of the NDJSON log stream: a chunk, a keepalive, or the end marker."""
+
+    attempt: int | None = None
+    stream: str | None = None
+    seq: int | None = None
+    first_line: int | None = None
+    line_count: int | None = None
+    data: str | None = None
+    truncated: bool | None = None
+    occurred_at: datetime | None = None
+    keepalive: bool | None = Field(None, description="nothing new; the stream is alive")
+    end: bool | None = Field(None, description="the last line; `status` is the job's")
+    status: str | None = None
+
+
+class Explanation(ApiModel):
+    """The plain-words explanation ``gridledger explain`` prints, from the same function."""
+
+    job_id: str
+    status: JobStatus
+    text: str
+
+
+class AccountingRow(ApiModel):
+    job_id: str
+    status: str
+    final: bool
+    policy_version: str
+    held_seconds: float
+    gpu_seconds: float
+    metered_gpu_seconds: float
+    billable_gpu_seconds: float
+    credited_gpu_seconds: float
+    reconciled: bool
+    updated_at: datetime | None
+
+
+class AccountingList(ApiModel):
+    records: list[AccountingRow]
+    count: int
+
+
+class CancelAccepted(ApiModel):
+    job_id: str
+    cancel_requested: bool
+    event_id: str
+
+
+class NodeGpu(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    index: int
+    model: str
+    memory_total_mb: int = 0
+
+
+class YourAttempt(ApiModel):
+    job_id: str
+    attempt: int
+    status: str = Field(description="the attempt's state (scheduled, starting, running, ...)")
+    job_status: JobStatus
+
+
+class NodeDocument(ApiModel):
+    """A node as a tenant sees it: the shared capacity, and only the tenant's own work on it.
+
+    Other tenants' attempts are never named; ``busy_gpu_count`` says how much of the
+    node is taken without saying by whom.
+    """
+
+    node_id: str
+    status: Literal["ready", "silent", "drained"] = Field(
+        description="silent: no heartbeat within the scheduler's node timeout; nothing is "
+        "placed there"
+    )
+    provider: str
+    region: str
+    inventory_source: str
+    inventory_note: str
+    gpus: list[NodeGpu]
+    host_memory_mb: int
+    agent_version: str
+    heartbeat_interval_s: float
+    registered_at: datetime | None
+    last_heartbeat_at: datetime | None
+    free_gpu_indices: list[int] = Field(
+        description="as last reported; empty while the node is silent or drained"
+    )
+    busy_gpu_count: int
+    your_attempts: list[YourAttempt] = Field(
+        description="this tenant's attempts that hold or are about to hold GPUs there; an "
+        "attempt declared lost is not among them"
+    )
+    drained_at: datetime | None
+    drain_reason: str
+
+
+class NodeList(ApiModel):
+    nodes: list[NodeDocument]
+
+
+class CheckResult(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    ok: bool
+    detail: str
+
+
+class Liveness(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    service: str
+    pid: int
+    alive: bool
+    uptime_s: float
+
+
+class Readiness(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    service: str
+    pid: int
+    ready: bool
+    checks: list[CheckResult]

@@ -1,0 +1,564 @@
+// gridledger console: plain JavaScript over the /v1 API, with the tenant's bearer token.
+// The token is asked for once and kept in localStorage; every request sends it, so the
+// console sees exactly what the token's tenant may see.
+"use strict";
+
+const GL = (() => {
+  const TOKEN_KEY = "gridledger.token";
+  const TERMINAL = new Set(["succeeded", "succeeded_with_errors", "failed", "cancelled", "rejected"]);
+  const ACTIVE = ["submitted", "queued", "scheduled", "starting", "running", "finishing",
+                  "lost_contact", "retrying"];
+  const LABELS = {
+    lost_contact: "lost contact", succeeded_with_errors: "succeeded with errors",
+    lost: "lost", ended: "released",
+  };
+  const DECISIONS = new Set(["FailureClassified", "RetryScheduled", "JobSucceeded", "JobFailed",
+    "JobCancelled", "JobRejected", "JobSucceededWithErrors", "AttemptLost", "DispatchTimedOut",
+    "FinishingTimedOut", "NoCapacity"]);
+
+  class Unauthorized extends Error {}
+
+  const token = () => localStorage.getItem(TOKEN_KEY) || "";
+
+  async function api(path, options = {}) {
+    const headers = { Authorization: `Bearer ${token()}`, Accept: "application/json",
+                      ...(options.headers || {}) };
+    const response = await fetch(path, { ...options, headers });
+    if (response.status === 401) throw new Unauthorized("token not accepted");
+    return response;
+  }
+
+  async function getJSON(path) {
+    const response = await api(path);
+    if (!response.ok) {
+      let detail = `${response.status}`;
+      try { const body = await response.json(); detail = body.detail || body.error || detail; }
+      catch (_) { /* not JSON */ }
+      const error = new Error(detail);
+      error.status = response.status;
+      throw error;
+    }
+    return response.json();
+  }
+
+  // ------------------------------------------------------------------ elements
+
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") node.className = v;
+      else if (k === "style") node.setAttribute("style", v);
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else if (k === "dataset") Object.assign(node.dataset, v);
+      else node.setAttribute(k, v === true ? "" : v);
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  const colour = (state) => `--c: var(--s-${state}, #7b8798)`;
+  const label = (state) => LABELS[state] || state;
+
+  function pill(state, big = false) {
+    const live = !TERMINAL.has(state) && state !== "ended" && state !== "lost";
+    return el("span", { class: `pill${big ? " big" : ""}${live ? " live" : ""}`,
+                        style: colour(state), dataset: { status: state } }, label(state));
+  }
+
+  // ------------------------------------------------------------------ time
+
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  const timeFmt = new Intl.DateTimeFormat(undefined, {
+    year: "numeric", month: "short", day: "2-digit", hour: "2-digit", minute: "2-digit",
+    second: "2-digit", timeZoneName: "short" });
+  const clockFmt = new Intl.DateTimeFormat(undefined, {
+    hour: "2-digit", minute: "2-digit", second: "2-digit", fractionalSecondDigits: 3, hour12: false });
+
+  const parse = (iso) => (iso ? new Date(iso) : null);
+  const local = (iso) => (iso ? timeFmt.format(parse(iso)) : "");
+  const clock = (iso) => (iso ? clockFmt.format(parse(iso)) : "");
+
+  function duration(seconds) {
+    if (seconds === null || seconds === undefined || Number.isNaN(seconds)) return "";
+    if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+    if (seconds < 120) return `${seconds.toFixed(1)} s`;
+    const m = Math.floor(seconds / 60), s = Math.floor(seconds % 60);
+    if (m < 120) return `${m}m ${String(s).padStart(2, "0")}s`;
+    return `${Math.floor(m / 60)}h ${String(m % 60).padStart(2, "0")}m`;
+  }
+
+  function ago(iso) {
+    if (!iso) return "";
+    const s = (Date.now() - parse(iso).getTime()) / 1000;
+    if (s < 5) return "just now";
+    if (s < 90) return `${Math.round(s)} s ago`;
+    if (s < 5400) return `${Math.round(s / 60)} min ago`;
+    if (s < 129600) return `${Math.round(s / 3600)} h ago`;
+    return `${Math.round(s / 86400)} d ago`;
+  }
+
+  const when = (iso) => el("span", { title: local(iso) }, ago(iso));
+
+  // ------------------------------------------------------------------ shell
+
+  function shell(active) {
+    const signedIn = Boolean(token());
+    const bar = el("header", { class: "topbar" },
+      el("a", { class: "brand", href: "/console" }, el("span", { class: "mark" }), "gridledger"),
+      el("nav", {},
+        el("a", { href: "/console", class: active === "jobs" ? "active" : "" }, "Jobs"),
+        el("a", { href: "/console/fleet", class: active === "fleet" ? "active" : "" }, "Fleet"),
+        el("a", { href: "/openapi.json" }, "API")),
+      el("div", { class: "who" },
+        signedIn ? el("span", {}, "token ", el("code", {}, `${token().slice(0, 6)}…`)) : null,
+        signedIn ? el("button", { id: "signout", onclick: signOut }, "Change token") : null));
+    document.body.prepend(bar);
+  }
+
+  function signOut() {
+    localStorage.removeItem(TOKEN_KEY);
+    location.reload();
+  }
+
+  function signIn(main, why = "") {
+    main.replaceChildren(el("div", { class: "panel signin" },
+      el("h1", {}, "Sign in with your API token"),
+      el("p", {}, "The console uses the same bearer tokens as the CLI and shows only your " +
+        "tenant's jobs. On a dev machine, `gridledger dev up` writes them to " +
+        ".gridledger/tokens.json."),
+      el("form", { id: "signin", onsubmit: (event) => {
+          event.preventDefault();
+          const value = document.getElementById("token").value.trim();
+          if (!value) return;
+          localStorage.setItem(TOKEN_KEY, value);
+          location.reload();
+        } },
+        el("input", { type: "password", id: "token", placeholder: "token", autocomplete: "off" }),
+        el("button", { class: "primary", type: "submit" }, "Sign in")),
+      why ? el("div", { class: "error" }, why) : null));
+  }
+
+  async function guarded(main, run) {
+    if (!token()) { signIn(main); return; }
+    try { await run(); }
+    catch (error) {
+      if (error instanceof Unauthorized) signIn(main, "That token was not accepted; try another.");
+      else main.prepend(el("div", { class: "banner" }, `Could not load: ${error.message}`));
+    }
+  }
+
+  function poll(fn, ms) {
+    let stopped = false;
+    const loop = async () => {
+      if (stopped) return;
+      try { if ((await fn()) === false) { stopped = true; return; } }
+      catch (error) { if (error instanceof Unauthorized) { stopped = true; return; } }
+      setTimeout(loop, ms);
+    };
+    setTimeout(loop, ms);
+    return () => { stopped = true; };
+  }
+
+  // ------------------------------------------------------------------ jobs page
+
+  const FILTERS = [
+    ["all", "All", []], ["active", "Active", ACTIVE], ["succeeded", "Succeeded", ["succeeded"]],
+    ["failed", "Failed", ["failed", "succeeded_with_errors"]], ["cancelled", "Cancelled", ["cancelled"]],
+    ["rejected", "Rejected", ["rejected"]],
+  ];
+
+  function jobRow(job) {
+    const ran = job.terminal_at && job.submitted_at
+      ? (parse(job.terminal_at) - parse(job.submitted_at)) / 1000 : null;
+    return el("tr", { dataset: { job: job.job_id } },
+      el("td", {}, pill(job.status)),
+      el("td", {}, el("a", { href: `/console/jobs/${job.job_id}`, class: "mono" }, job.job_id),
+        job.name ? el("div", { class: "muted" }, job.name) : null),
+      el("td", { class: "mono muted" }, job.image),
+      el("td", { class: "num" }, job.gpus),
+      el("td", { class: "num" }, job.attempt),
+      el("td", {}, when(job.submitted_at)),
+      el("td", { class: "num muted" }, ran === null ? "" : duration(ran)),
+      el("td", {}, job.failure_class ? el("div", {}, el("code", {}, job.failure_class),
+        el("span", { class: "faint" }, ` · ${job.attribution}`)) : null,
+        job.summary ? el("div", { class: "summary" }, job.summary) : null));
+  }
+
+  async function jobs() {
+    shell("jobs");
+    const main = document.querySelector("main");
+    await guarded(main, async () => {
+      const params = new URLSearchParams(location.search);
+      let filter = params.get("filter") || "all";
+      const tbody = el("tbody", { id: "jobs" });
+      const more = el("button", { id: "more", style: "display:none" }, "Load more");
+      const note = el("span", { class: "live-note", id: "live" }, "");
+      let cursor = null;
+      const chips = FILTERS.map(([key, text]) => el("button", {
+        class: `chip${key === filter ? " on" : ""}`, dataset: { filter: key },
+        onclick: () => { filter = key; history.replaceState(null, "", `?filter=${key}`);
+          for (const c of chips) c.classList.toggle("on", c.dataset.filter === key);
+          load(true); } }, text));
+      main.replaceChildren(
+        el("h1", {}, "Jobs"),
+        el("p", { class: "sub" }, "Your tenant's jobs, newest first. States update live."),
+        el("div", { class: "filters" }, chips, el("span", { class: "spacer" }), note),
+        el("div", { class: "panel", style: "padding:6px 10px" },
+          el("table", {}, el("thead", {}, el("tr", {},
+            ["Status", "Job", "Image", "GPUs", "Att.", "Submitted", "Took", "Failure"].map(
+              (h, i) => el("th", { class: [3, 4, 6].includes(i) ? "num" : "" }, h)))), tbody)),
+        more);
+
+      const query = (extra = "") => {
+        const statuses = FILTERS.find(([k]) => k === filter)[2];
+        const q = new URLSearchParams({ limit: "25" });
+        for (const s of statuses) q.append("status", s);
+        return `/v1/jobs?${q}${extra}`;
+      };
+      async function load(reset) {
+        const page = await getJSON(query(!reset && cursor ? `&cursor=${cursor}` : ""));
+        if (reset) tbody.replaceChildren();
+        for (const job of page.jobs) tbody.append(jobRow(job));
+        if (!tbody.children.length) {
+          tbody.append(el("tr", {}, el("td", { colspan: 8, class: "empty" },
+            "No jobs here yet. Submit one with `gridledger submit examples/hello.yaml`.")));
+        }
+        cursor = page.next_cursor;
+        more.style.display = cursor ? "" : "none";
+      }
+      more.addEventListener("click", () => load(false));
+      await load(true);
+      // Live status: refresh the rows already shown (first page) every few seconds.
+      poll(async () => {
+        const page = await getJSON(query());
+        for (const job of page.jobs) {
+          const row = tbody.querySelector(`tr[data-job="${job.job_id}"]`);
+          if (row) row.replaceWith(jobRow(job));
+          else if (!tbody.querySelector("td.empty")) tbody.prepend(jobRow(job));
+          else { tbody.replaceChildren(jobRow(job)); }
+        }
+        note.textContent = `live · updated ${clockFmt.format(new Date()).slice(0, 8)}`;
+      }, 2500);
+    });
+  }
+
+  // ------------------------------------------------------------------ job page
+
+  function fact(k, v, small = "") {
+    return el("div", { class: "fact" }, el("div", { class: "k" }, k),
+      el("div", { class: "v" }, v, small ? el("small", {}, ` ${small}`) : null));
+  }
+
+  function explainBlock(text) {
+    const pre = el("pre", { class: "explain", id: "explain" });
+    for (const line of text.split("\n")) {
+      if (/^[A-Z][A-Za-z ]+$/.test(line)) pre.append(el("span", { class: "h" }, line), "\n");
+      else if (/^\s+> /.test(line)) pre.append(el("span", { class: "q" }, line), "\n");
+      else pre.append(line, "\n");
+    }
+    return pre;
+  }
+
+  // Time -> x (percent). Each gap between consecutive event times gets at least a minimum
+  // share of the width, so millisecond steps stay visible next to minute-long runs.
+  function scale(times) {
+    const ts = [...new Set(times.map((t) => t.getTime()))].sort((a, b) => a - b);
+    if (ts.length < 2) return () => 50;
+    const total = ts[ts.length - 1] - ts[0] || 1;
+    const weights = ts.slice(1).map((t, i) => Math.max(t - ts[i], total * 0.035));
+    const sum = weights.reduce((a, b) => a + b, 0);
+    const xs = [0];
+    for (const w of weights) xs.push(xs[xs.length - 1] + (w / sum) * 100);
+    return (date) => {
+      const t = date.getTime();
+      if (t <= ts[0]) return 0;
+      for (let i = 1; i < ts.length; i++) {
+        if (t <= ts[i]) return xs[i - 1] + ((t - ts[i - 1]) / (ts[i] - ts[i - 1] || 1)) * (xs[i] - xs[i - 1]);
+      }
+      return 100;
+    };
+  }
+
+  function renderTimeline(tl, job) {
+    const now = new Date();
+    const times = tl.events.map((e) => parse(e.occurred_at));
+    if (!tl.terminal) times.push(now);
+    for (const w of tl.windows) if (w.deadline && !w.end) times.push(parse(w.deadline));
+    const x = scale(times);
+    const t0 = times.length ? times[0] : now;
+    const box = el("div", { class: "timeline", id: "timeline" });
+    const segEl = (s) => {
+      const a = x(parse(s.start)), b = s.end ? x(parse(s.end)) : x(now);
+      const point = s.end && s.end === s.start;
+      const secs = ((s.end ? parse(s.end) : now) - parse(s.start)) / 1000;
+      return el("div", { class: `seg${point ? " point" : ""}${s.end ? "" : " open"}`,
+        style: `${colour(s.state)}; left:${a}%; width:${Math.max(b - a, 0.6)}%`,
+        dataset: { state: s.state },
+        title: `${label(s.state)} · ${local(s.start)}${point ? "" : ` · ${duration(secs)}`}` },
+        point ? "" : label(s.state));
+    };
+    for (const lane of tl.lanes) {
+      const attempt = (job.attempts || []).find((a) => a.attempt === lane.attempt);
+      const title = lane.key === "job" ? el("span", {}, el("b", {}, "job"))
+        : el("span", {}, el("b", {}, lane.label), lane.node_id ? ` · ${lane.node_id}` : "",
+          attempt && attempt.gpu_model ? el("span", { class: "faint" }, ` · ${attempt.gpu_count}× ${attempt.gpu_model.replace("NVIDIA ", "")}`) : "");
+      box.append(el("div", { class: "lane", dataset: { lane: lane.key } },
+        el("div", { class: "label" }, title),
+        el("div", { class: "track" }, lane.segments.map(segEl))));
+    }
+    if (tl.windows.length) {
+      box.append(el("div", { class: "lane", dataset: { lane: "windows" } },
+        el("div", { class: "label" }, el("b", {}, "bounded waits")),
+        el("div", { class: "track" }, tl.windows.map((w) => {
+          const a = x(parse(w.start)), b = x(w.end ? parse(w.end) : (w.deadline ? parse(w.deadline) : now));
+          const secs = ((w.end ? parse(w.end) : now) - parse(w.start)) / 1000;
+          const name = { lost_contact: "lost contact", finishing: "finishing", backoff: "retry backoff" }[w.kind];
+          return el("div", { class: `window ${w.kind}`, dataset: { window: w.kind, outcome: w.outcome },
+            style: `left:${a}%; width:${Math.max(b - a, 0.8)}%`,
+            title: `${name} (attempt ${w.attempt}) · ${duration(secs)} · ${w.outcome}` +
+              (w.deadline ? ` · deadline ${local(w.deadline)}` : "") },
+            `${name} · ${duration(secs)} → ${w.outcome}`);
+        }))));
+    }
+    box.append(el("div", { class: "lane", dataset: { lane: "events" } },
+      el("div", { class: "label" }, el("b", {}, "events"), el("span", { class: "faint" }, ` · ${tl.events.length}`)),
+      el("div", { class: "track", style: "background:transparent; border-bottom:1px solid var(--line); border-radius:0" },
+        tl.events.map((e) => el("div", { class: `tick${DECISIONS.has(e.type) ? " decision" : ""}`,
+          style: `left:${x(parse(e.occurred_at))}%`, dataset: { type: e.type },
+          title: `#${e.seq} ${e.type} · attempt ${e.attempt} · ${clock(e.occurred_at)} → ${label(e.job_status)}` })))));
+    const axis = el("div", { class: "axis" });
+    let lastX = -100;
+    for (const s of (tl.lanes[0] || { segments: [] }).segments) {
+      const at = x(parse(s.start));
+      if (at - lastX < 6) continue;
+      lastX = at;
+      axis.append(el("span", { style: `left:${at}%` }, `+${duration((parse(s.start) - t0) / 1000) || "0 s"}`));
+    }
+    box.append(axis);
+    const seen = [...new Set(tl.lanes.flatMap((l) => l.segments.map((s) => s.state)))];
+    box.append(el("div", { class: "legend" }, seen.map((s) => el("span", {}, el("i", { style: colour(s) }), label(s))),
+      el("span", { class: "faint" }, "· x-axis: event times, short steps widened so each stays visible")));
+    return box;
+  }
+
+  function eventsTable(tl) {
+    let prev = null;
+    return el("table", { id: "events" }, el("thead", {}, el("tr", {},
+      ["#", "Time", "Δ", "Att.", "Event", "Job state after"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, tl.events.map((e) => {
+        const at = parse(e.occurred_at);
+        const delta = prev ? (at - prev) / 1000 : null;
+        prev = at;
+        return el("tr", { dataset: { type: e.type } },
+          el("td", { class: "faint" }, e.seq),
+          el("td", { class: "mono", title: local(e.occurred_at) }, clock(e.occurred_at)),
+          el("td", { class: "muted" }, delta === null ? "" : `+${duration(delta)}`),
+          el("td", { class: "num" }, e.attempt || ""),
+          el("td", {}, el("code", { style: DECISIONS.has(e.type) ? "font-weight:700" : "" }, e.type)),
+          el("td", {}, pill(e.job_status)));
+      })));
+  }
+
+  function accountingBlock(record) {
+    if (!record || !record.attempts) return el("div", { class: "empty" }, "No accounting record yet.");
+    const n = (v) => (v || 0).toFixed(1);
+    return el("div", { id: "accounting" },
+      el("div", { class: "muted", style: "margin-bottom:8px" },
+        record.final ? `Final · policy ${record.policy_version}` : "Not final yet (the job still holds or may hold compute)",
+        record.reconciled ? "" : " · lifecycle and meter disagree: held for review"),
+      el("table", {}, el("thead", {}, el("tr", {},
+        ["Att.", "Node", "GPUs", "Held", "GPU-s", "Metered", "Side", "Billable", "Credited"].map(
+          (h, i) => el("th", { class: i >= 3 && i !== 6 ? "num" : "" }, h)))),
+        el("tbody", {}, record.attempts.map((a) => el("tr", {},
+          el("td", {}, a.attempt), el("td", { class: "mono" }, a.node_id || ""),
+          el("td", {}, a.gpu_count ? `${a.gpu_count}× ${(a.gpu_model || "").replace("NVIDIA ", "")}` : ""),
+          el("td", { class: "num" }, duration(a.held_seconds)), el("td", { class: "num" }, n(a.gpu_seconds)),
+          el("td", { class: "num" }, n(a.metered_gpu_seconds)), el("td", {}, a.attribution || ""),
+          el("td", { class: "num" }, n(a.billable_gpu_seconds)), el("td", { class: "num" }, n(a.credited_gpu_seconds)))),
+          el("tr", { style: "font-weight:600" }, el("td", { colspan: 4 }, "total"),
+            el("td", { class: "num" }, n(record.gpu_seconds)), el("td", { class: "num" }, n(record.metered_gpu_seconds)),
+            el("td", {}, ""), el("td", { class: "num", id: "billable" }, n(record.billable_gpu_seconds)),
+            el("td", { class: "num", id: "credited" }, n(record.credited_gpu_seconds))))));
+  }
+
+  async function outputsBlock(jobId) {
+    // The outputs endpoint lists what the artifact store holds for the job; until it
+    // answers (or when it lists nothing), the panel says so.
+    let items = [];
+    try {
+      const response = await api(`/v1/jobs/${jobId}/outputs`);
+      if (response.ok) items = (await response.json()).outputs || [];
+    } catch (error) { if (error instanceof Unauthorized) throw error; }
+    if (!items.length) return el("div", { class: "empty", id: "outputs" }, "None stored.");
+    return el("table", { id: "outputs" }, el("thead", {}, el("tr", {},
+      ["Path", "Attempt", "Size", "SHA-256", ""].map((h) => el("th", {}, h)))),
+      el("tbody", {}, items.map((o) => el("tr", {},
+        el("td", { class: "mono" }, o.path || o.name), el("td", {}, o.attempt ?? ""),
+        el("td", { class: "num" }, o.bytes ?? ""), el("td", { class: "mono faint" }, (o.sha256 || "").slice(0, 12)),
+        el("td", {}, o.download_url || (o.links && o.links.download)
+          ? el("a", { href: o.download_url || o.links.download }, "download") : "")))));
+  }
+
+  function followLogs(jobId, pre, state) {
+    const controller = new AbortController();
+    let lines = 0;
+    const setState = (text, on) => { state.replaceChildren(el("span", { class: `dot${on ? " on" : ""}` }), text); };
+    (async () => {
+      setState("following live", true);
+      const response = await api(`/v1/jobs/${jobId}/logs?follow=true&format=ndjson`,
+        { signal: controller.signal });
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let nl;
+        while ((nl = buffer.indexOf("\n")) >= 0) {
+          const line = buffer.slice(0, nl); buffer = buffer.slice(nl + 1);
+          if (!line.trim()) continue;
+          const item = JSON.parse(line);
+          if (item.end) {
+            pre.append(el("span", { class: "end" }, `— end of logs: job ${label(item.status || "")} —\n`));
+            setState(`ended (${label(item.status || "")})`, false);
+            continue;
+          }
+          if (item.data === undefined) continue; // keepalive
+          const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 24;
+          pre.append(el("span", { class: item.stream, dataset: { attempt: item.attempt } }, item.data));
+          if (item.truncated) pre.append(el("span", { class: "system" }, "[log quota reached; later output was dropped]\n"));
+          lines += item.line_count || 0;
+          pre.dataset.lines = String(lines);
+          if (stick) pre.scrollTop = pre.scrollHeight;
+        }
+      }
+    })().catch((error) => { if (error.name !== "AbortError") setState(`stopped: ${error.message}`, false); });
+    return controller;
+  }
+
+  async function job() {
+    shell("jobs");
+    const main = document.querySelector("main");
+    const jobId = decodeURIComponent(location.pathname.split("/").pop());
+    await guarded(main, async () => {
+      let doc;
+      try { doc = await getJSON(`/v1/jobs/${jobId}`); }
+      catch (error) {
+        if (error.status === 404) {
+          main.replaceChildren(el("div", { class: "panel signin" }, el("h1", {}, "No such job"),
+            el("p", {}, `There is no job ${jobId} for your tenant.`), el("a", { href: "/console" }, "← all jobs")));
+          return;
+        }
+        throw error;
+      }
+      document.title = `${doc.name || doc.job_id} · gridledger`;
+      const head = el("div", { class: "jobhead", id: "head" });
+      const facts = el("div", { class: "facts", id: "facts" });
+      const tlPanel = el("div", { class: "panel" }, el("h2", {}, "Lifecycle"), el("div", { id: "tl" }));
+      const logs = el("pre", { class: "logs", id: "logs", dataset: { lines: "0" } });
+      const logState = el("span", { class: "state", id: "logstate" });
+      const explainPanel = el("div", { class: "panel" }, el("h2", {}, "Explain"), el("div", { id: "explainbox" }));
+      const accPanel = el("div", { class: "panel" }, el("h2", {}, "Accounting"), el("div", { id: "accbox" }));
+      const outPanel = el("div", { class: "panel" }, el("h2", {}, "Outputs"), el("div", { id: "outbox" }));
+      const evPanel = el("div", { class: "panel" }, el("h2", {}, "Every event"), el("div", { id: "evbox" }));
+      main.replaceChildren(
+        el("div", { class: "muted", style: "margin-bottom:6px" }, el("a", { href: "/console" }, "← Jobs")),
+        head, facts, tlPanel,
+        el("div", { class: "panel" }, el("div", { class: "loghead" }, el("h2", {}, "Logs"), logState), logs),
+        el("div", { class: "grid2", style: "margin-bottom:18px" }, explainPanel, accPanel),
+        el("div", { class: "grid2", style: "margin-bottom:18px" }, outPanel, evPanel));
+      followLogs(jobId, logs, logState);
+
+      async function refresh() {
+        doc = await getJSON(`/v1/jobs/${jobId}`);
+        const [tl, explained, record] = await Promise.all([
+          getJSON(`/v1/jobs/${jobId}/timeline`), getJSON(`/v1/jobs/${jobId}/explain`),
+          getJSON(`/v1/jobs/${jobId}/accounting`)]);
+        const spec = doc.spec || {};
+        const res = spec.resources || {};
+        const cancel = doc.terminal ? null : el("button", { class: "danger", id: "cancel", onclick: async (event) => {
+          event.target.disabled = true;
+          await api(`/v1/jobs/${jobId}/cancel`, { method: "POST", body: JSON.stringify({ reason: "cancelled from the console" }),
+            headers: { "Content-Type": "application/json" } });
+        } }, doc.cancel_requested_at ? "Cancel requested" : "Cancel job");
+        if (cancel && doc.cancel_requested_at) cancel.disabled = true;
+        head.replaceChildren(el("div", {},
+          el("h1", {}, doc.name || doc.job_id, " ", pill(doc.status, true)),
+          el("div", { class: "meta" }, el("span", { class: "mono" }, doc.job_id),
+            el("span", {}, "image ", el("code", {}, spec.image || "")),
+            el("span", {}, `${res.gpus ?? 0} GPU(s)${(res.gpu_models || []).length ? ` · ${res.gpu_models.join(", ")}` : ""}`),
+            el("span", {}, "submitted ", el("span", { title: local(doc.submitted_at) }, local(doc.submitted_at))),
+            el("span", { class: "faint" }, `times in ${zone}`))),
+          el("div", { class: "actions" }, cancel));
+        const acc = doc.accounting || {};
+        const started = parse(doc.submitted_at), ended = doc.terminal_at ? parse(doc.terminal_at) : new Date();
+        facts.replaceChildren(
+          fact("Elapsed", duration((ended - started) / 1000), doc.terminal ? "" : "so far"),
+          fact("Attempts", String((doc.attempts || []).length), doc.failure && doc.failure.retryable ? "retryable" : ""),
+          fact("Billable GPU-s", (acc.billable_gpu_seconds || 0).toFixed(1), acc.final ? "final" : "so far"),
+          fact("Credited GPU-s", (acc.credited_gpu_seconds || 0).toFixed(1)));
+        document.getElementById("tl").replaceChildren(renderTimeline(tl, doc));
+        document.getElementById("explainbox").replaceChildren(explainBlock(explained.text));
+        document.getElementById("accbox").replaceChildren(accountingBlock(record));
+        document.getElementById("outbox").replaceChildren(await outputsBlock(jobId));
+        document.getElementById("evbox").replaceChildren(eventsTable(tl));
+        document.body.dataset.status = doc.status;
+        return !(doc.terminal && acc.final);
+      }
+      if (await refresh()) poll(refresh, 2000);
+    });
+  }
+
+  // ------------------------------------------------------------------ fleet page
+
+  function nodeCard(node) {
+    const free = new Set(node.free_gpu_indices);
+    const silent = node.status !== "ready";
+    const mine = node.your_attempts || [];
+    return el("div", { class: "panel node", dataset: { node: node.node_id, status: node.status } },
+      el("div", { class: "top" }, el("span", { class: "name" }, node.node_id), pill(node.status)),
+      el("div", { class: "where" }, `${node.provider} · ${node.region}`),
+      el("div", { class: "gpus" }, node.gpus.map((g) => el("div", {
+        class: `gpu ${silent ? "unknown" : free.has(g.index) ? "free" : "busy"}`,
+        title: `GPU ${g.index}: ${g.model}, ${Math.round((g.memory_total_mb || 0) / 1024)} GiB` +
+          (silent ? " (node silent: state unknown)" : free.has(g.index) ? " (free)" : " (busy)") }, `#${g.index}`))),
+      el("div", { class: "kv" },
+        el("span", { class: "k" }, "GPUs"), el("span", {}, `${node.gpus.length}× ${[...new Set(node.gpus.map((g) => g.model))].join(", ")}`),
+        el("span", { class: "k" }, "free / busy"), el("span", { dataset: { free: free.size } },
+          silent ? "unknown (no recent heartbeat)" : `${free.size} free · ${node.busy_gpu_count} busy`),
+        el("span", { class: "k" }, "your attempts"), el("span", { class: "mine", dataset: { count: mine.length } },
+          mine.length ? mine.map((a) => el("div", {}, el("a", { href: `/console/jobs/${a.job_id}`, class: "mono" }, `${a.job_id}/${a.attempt}`), " ", pill(a.status)))
+            : el("span", { class: "faint" }, "none")),
+        el("span", { class: "k" }, "last heartbeat"), el("span", {}, when(node.last_heartbeat_at || node.registered_at)),
+        el("span", { class: "k" }, "inventory"), el("span", { title: node.inventory_note }, node.inventory_source),
+        el("span", { class: "k" }, "agent"), el("span", { class: "mono" }, node.agent_version || "")));
+  }
+
+  async function fleet() {
+    shell("fleet");
+    const main = document.querySelector("main");
+    await guarded(main, async () => {
+      const grid = el("div", { class: "nodes", id: "nodes" });
+      const summary = el("p", { class: "sub", id: "fleetsummary" });
+      main.replaceChildren(el("h1", {}, "Fleet"), summary, grid);
+      async function refresh() {
+        const { nodes } = await getJSON("/v1/nodes");
+        const ready = nodes.filter((n) => n.status === "ready");
+        const gpus = ready.reduce((a, n) => a + n.gpus.length, 0);
+        const free = ready.reduce((a, n) => a + n.free_gpu_indices.length, 0);
+        summary.textContent = `${nodes.length} node(s), ${ready.length} ready · ${free} of ${gpus} GPUs on ready nodes free. ` +
+          "Capacity is shared; only your own attempts are listed.";
+        grid.replaceChildren(...(nodes.length ? nodes.map(nodeCard) : [el("div", { class: "empty" }, "No node has registered yet.")]));
+      }
+      await refresh();
+      poll(refresh, 3000);
+    });
+  }
+
+  return { jobs, job, fleet };
+})();
