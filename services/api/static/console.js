@@ -128,8 +128,9 @@ const GL = (() => {
     main.replaceChildren(el("div", { class: "panel signin" },
       el("h1", {}, "Sign in with your API token"),
       el("p", {}, "The console uses the same bearer tokens as the CLI and shows only your " +
-        "tenant's jobs. On a dev machine, `gridledger dev up` writes them to " +
-        ".gridledger/tokens.json."),
+        "tenant's jobs. The token stays in this browser (localStorage) and is sent as the bearer."),
+      el("p", {}, "On a dev machine, ", el("code", {}, "gridledger dev up"), " writes the tokens to ",
+        el("code", {}, ".gridledger/tokens.json"), "."),
       el("form", { id: "signin", onsubmit: (event) => {
           event.preventDefault();
           const value = document.getElementById("token").value.trim();
@@ -176,8 +177,8 @@ const GL = (() => {
       ? (parse(job.terminal_at) - parse(job.submitted_at)) / 1000 : null;
     return el("tr", { dataset: { job: job.job_id } },
       el("td", {}, pill(job.status)),
-      el("td", {}, el("a", { href: `/console/jobs/${job.job_id}`, class: "mono" }, job.job_id),
-        job.name ? el("div", { class: "muted" }, job.name) : null),
+      el("td", {}, el("a", { href: `/console/jobs/${job.job_id}`, class: "jobname" }, job.name || job.job_id),
+        job.name ? el("div", { class: "mono faint" }, job.job_id) : null),
       el("td", { class: "mono muted" }, job.image),
       el("td", { class: "num" }, job.gpus),
       el("td", { class: "num" }, job.attempt),
@@ -225,7 +226,7 @@ const GL = (() => {
         for (const job of page.jobs) tbody.append(jobRow(job));
         if (!tbody.children.length) {
           tbody.append(el("tr", {}, el("td", { colspan: 8, class: "empty" },
-            "No jobs here yet. Submit one with `gridledger submit examples/hello.yaml`.")));
+            "No jobs here. Submit one with ", el("code", {}, "gridledger submit examples/hello.yaml"), ".")));
         }
         cursor = page.next_cursor;
         more.style.display = cursor ? "" : "none";
@@ -263,85 +264,102 @@ const GL = (() => {
     return pre;
   }
 
-  // Time -> x (percent). Each gap between consecutive event times gets at least a minimum
-  // share of the width, so millisecond steps stay visible next to minute-long runs.
-  function scale(times) {
+  // Time -> x (percent). The scale is linear between the moments a state changes, but each
+  // of those steps gets at least a minimum share of the width, so a 5 ms "queued" stays as
+  // readable as a 10-minute "running"; a finished job keeps room at the end for its outcome.
+  function scale(times, endPad) {
     const ts = [...new Set(times.map((t) => t.getTime()))].sort((a, b) => a - b);
-    if (ts.length < 2) return () => 50;
+    if (ts.length < 2) ts.push((ts[0] || 0) + 1000);
     const total = ts[ts.length - 1] - ts[0] || 1;
-    const weights = ts.slice(1).map((t, i) => Math.max(t - ts[i], total * 0.035));
-    const sum = weights.reduce((a, b) => a + b, 0);
+    const weights = ts.slice(1).map((t, i) => Math.max(t - ts[i], total * 0.07));
+    const pad = endPad ? total * 0.1 : 0;
+    const sum = weights.reduce((a, b) => a + b, 0) + pad;
     const xs = [0];
     for (const w of weights) xs.push(xs[xs.length - 1] + (w / sum) * 100);
-    return (date) => {
+    const x = (date) => {
       const t = date.getTime();
       if (t <= ts[0]) return 0;
       for (let i = 1; i < ts.length; i++) {
         if (t <= ts[i]) return xs[i - 1] + ((t - ts[i - 1]) / (ts[i] - ts[i - 1] || 1)) * (xs[i] - xs[i - 1]);
       }
-      return 100;
+      return xs[xs.length - 1];
     };
+    return x;
   }
+
+  const WINDOW_NAMES = { lost_contact: "lost contact", finishing: "finishing", backoff: "retry backoff" };
 
   function renderTimeline(tl, job) {
     const now = new Date();
-    const times = tl.events.map((e) => parse(e.occurred_at));
+    const times = [];
+    for (const lane of tl.lanes) {
+      for (const s of lane.segments) { times.push(parse(s.start)); if (s.end) times.push(parse(s.end)); }
+    }
+    for (const w of tl.windows) { times.push(parse(w.start)); if (w.end) times.push(parse(w.end)); }
     if (!tl.terminal) times.push(now);
-    for (const w of tl.windows) if (w.deadline && !w.end) times.push(parse(w.deadline));
-    const x = scale(times);
-    const t0 = times.length ? times[0] : now;
+    const x = scale(times.length ? times : [now], tl.terminal);
+    const t0 = tl.start ? parse(tl.start) : now;
     const box = el("div", { class: "timeline", id: "timeline" });
-    const segEl = (s) => {
-      const a = x(parse(s.start)), b = s.end ? x(parse(s.end)) : x(now);
+    const segEl = (s, last, isJob) => {
+      // A finished lane ends in a point, its outcome: the job's is drawn to the right edge
+      // (nothing follows it), an attempt's as a short cap where it happened.
       const point = s.end && s.end === s.start;
+      const a = x(parse(s.start));
+      const b = point ? (isJob ? 100 : Math.min(100, a + 7)) : s.end ? x(parse(s.end)) : x(now);
       const secs = ((s.end ? parse(s.end) : now) - parse(s.start)) / 1000;
-      return el("div", { class: `seg${point ? " point" : ""}${s.end ? "" : " open"}`,
-        style: `${colour(s.state)}; left:${a}%; width:${Math.max(b - a, 0.6)}%`,
+      const cls = `seg${point ? " outcome" : ""}${!s.end && last ? " open" : ""}`;
+      return el("div", { class: cls, style: `${colour(s.state)}; left:${a}%; width:${Math.max(b - a, 0.6)}%`,
         dataset: { state: s.state },
-        title: `${label(s.state)} · ${local(s.start)}${point ? "" : ` · ${duration(secs)}`}` },
-        point ? "" : label(s.state));
+        title: `${label(s.state)} · from ${clock(s.start)}${point ? "" : ` · ${duration(secs)}`}` },
+        label(s.state));
     };
     for (const lane of tl.lanes) {
       const attempt = (job.attempts || []).find((a) => a.attempt === lane.attempt);
-      const title = lane.key === "job" ? el("span", {}, el("b", {}, "job"))
-        : el("span", {}, el("b", {}, lane.label), lane.node_id ? ` · ${lane.node_id}` : "",
-          attempt && attempt.gpu_model ? el("span", { class: "faint" }, ` · ${attempt.gpu_count}× ${attempt.gpu_model.replace("NVIDIA ", "")}`) : "");
+      const gpu = attempt && attempt.gpu_model
+        ? `${attempt.gpu_count}× ${attempt.gpu_model.replace("NVIDIA ", "")}` : "";
+      const title = lane.key === "job"
+        ? el("div", {}, el("b", {}, "job"), el("div", { class: "faint" }, "state"))
+        : el("div", {}, el("b", {}, lane.label),
+            el("div", { class: "faint" }, [lane.node_id, gpu].filter(Boolean).join(" · ")));
       box.append(el("div", { class: "lane", dataset: { lane: lane.key } },
         el("div", { class: "label" }, title),
-        el("div", { class: "track" }, lane.segments.map(segEl))));
+        el("div", { class: "track" }, lane.segments.map((s, i) => segEl(s, i === lane.segments.length - 1, lane.key === "job")))));
     }
     if (tl.windows.length) {
       box.append(el("div", { class: "lane", dataset: { lane: "windows" } },
-        el("div", { class: "label" }, el("b", {}, "bounded waits")),
+        el("div", { class: "label" }, el("div", {}, el("b", {}, "bounded waits"),
+          el("div", { class: "faint" }, "deadline-bound"))),
         el("div", { class: "track" }, tl.windows.map((w) => {
-          const a = x(parse(w.start)), b = x(w.end ? parse(w.end) : (w.deadline ? parse(w.deadline) : now));
+          const a = x(parse(w.start)), b = x(w.end ? parse(w.end) : now);
           const secs = ((w.end ? parse(w.end) : now) - parse(w.start)) / 1000;
-          const name = { lost_contact: "lost contact", finishing: "finishing", backoff: "retry backoff" }[w.kind];
+          const name = WINDOW_NAMES[w.kind];
           return el("div", { class: `window ${w.kind}`, dataset: { window: w.kind, outcome: w.outcome },
             style: `left:${a}%; width:${Math.max(b - a, 0.8)}%`,
             title: `${name} (attempt ${w.attempt}) · ${duration(secs)} · ${w.outcome}` +
               (w.deadline ? ` · deadline ${local(w.deadline)}` : "") },
-            `${name} · ${duration(secs)} → ${w.outcome}`);
+            `${name} ${duration(secs)} → ${w.outcome}`);
         }))));
     }
-    box.append(el("div", { class: "lane", dataset: { lane: "events" } },
-      el("div", { class: "label" }, el("b", {}, "events"), el("span", { class: "faint" }, ` · ${tl.events.length}`)),
-      el("div", { class: "track", style: "background:transparent; border-bottom:1px solid var(--line); border-radius:0" },
+    box.append(el("div", { class: "lane events", dataset: { lane: "events" } },
+      el("div", { class: "label" }, el("div", {}, el("b", {}, "events"), el("div", { class: "faint" }, `${tl.events.length} recorded`))),
+      el("div", { class: "track" },
         tl.events.map((e) => el("div", { class: `tick${DECISIONS.has(e.type) ? " decision" : ""}`,
           style: `left:${x(parse(e.occurred_at))}%`, dataset: { type: e.type },
           title: `#${e.seq} ${e.type} · attempt ${e.attempt} · ${clock(e.occurred_at)} → ${label(e.job_status)}` })))));
     const axis = el("div", { class: "axis" });
     let lastX = -100;
-    for (const s of (tl.lanes[0] || { segments: [] }).segments) {
-      const at = x(parse(s.start));
-      if (at - lastX < 6) continue;
+    const marks = [...new Set(times.map((t) => t.getTime()))].sort((a, b) => a - b);
+    for (const t of marks) {
+      const at = x(new Date(t));
+      if (at - lastX < 7) continue;
       lastX = at;
-      axis.append(el("span", { style: `left:${at}%` }, `+${duration((parse(s.start) - t0) / 1000) || "0 s"}`));
+      const shift = at < 4 ? "0" : at > 94 ? "-100%" : "-50%";
+      axis.append(el("span", { style: `left:${at}%; transform:translateX(${shift})` }, t === t0.getTime() ? clock(tl.start).slice(0, 8) : `+${duration((t - t0.getTime()) / 1000)}`));
     }
     box.append(axis);
     const seen = [...new Set(tl.lanes.flatMap((l) => l.segments.map((s) => s.state)))];
     box.append(el("div", { class: "legend" }, seen.map((s) => el("span", {}, el("i", { style: colour(s) }), label(s))),
-      el("span", { class: "faint" }, "· x-axis: event times, short steps widened so each stays visible")));
+      el("span", { class: "faint" }, "· hover a bar or an event tick for its times; short steps are widened to stay readable")));
     return box;
   }
 
@@ -377,7 +395,7 @@ const GL = (() => {
           el("td", {}, a.attempt), el("td", { class: "mono" }, a.node_id || ""),
           el("td", {}, a.gpu_count ? `${a.gpu_count}× ${(a.gpu_model || "").replace("NVIDIA ", "")}` : ""),
           el("td", { class: "num" }, duration(a.held_seconds)), el("td", { class: "num" }, n(a.gpu_seconds)),
-          el("td", { class: "num" }, n(a.metered_gpu_seconds)), el("td", {}, a.attribution || ""),
+          el("td", { class: "num" }, n(a.metered_gpu_seconds)), el("td", {}, a.attribution || el("span", { class: "faint" }, "—")),
           el("td", { class: "num" }, n(a.billable_gpu_seconds)), el("td", { class: "num" }, n(a.credited_gpu_seconds)))),
           el("tr", { style: "font-weight:600" }, el("td", { colspan: 4 }, "total"),
             el("td", { class: "num" }, n(record.gpu_seconds)), el("td", { class: "num" }, n(record.metered_gpu_seconds)),
@@ -406,6 +424,7 @@ const GL = (() => {
   function followLogs(jobId, pre, state) {
     const controller = new AbortController();
     let lines = 0;
+    let lastAttempt = null;
     const setState = (text, on) => { state.replaceChildren(el("span", { class: `dot${on ? " on" : ""}` }), text); };
     (async () => {
       setState("following live", true);
@@ -430,6 +449,12 @@ const GL = (() => {
           }
           if (item.data === undefined) continue; // keepalive
           const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 24;
+          if (item.attempt !== lastAttempt) {
+            if (lastAttempt !== null || item.attempt > 1) {
+              pre.append(el("span", { class: "system" }, `── attempt ${item.attempt} ──\n`));
+            }
+            lastAttempt = item.attempt;
+          }
           pre.append(el("span", { class: item.stream, dataset: { attempt: item.attempt } }, item.data));
           if (item.truncated) pre.append(el("span", { class: "system" }, "[log quota reached; later output was dropped]\n"));
           lines += item.line_count || 0;
@@ -470,8 +495,8 @@ const GL = (() => {
         el("div", { class: "muted", style: "margin-bottom:6px" }, el("a", { href: "/console" }, "← Jobs")),
         head, facts, tlPanel,
         el("div", { class: "panel" }, el("div", { class: "loghead" }, el("h2", {}, "Logs"), logState), logs),
-        el("div", { class: "grid2", style: "margin-bottom:18px" }, explainPanel, accPanel),
-        el("div", { class: "grid2", style: "margin-bottom:18px" }, outPanel, evPanel));
+        el("div", { class: "grid2 wide-left", style: "margin-bottom:18px" }, explainPanel, outPanel),
+        accPanel, evPanel);
       followLogs(jobId, logs, logState);
 
       async function refresh() {
@@ -503,6 +528,10 @@ const GL = (() => {
           fact("Billable GPU-s", (acc.billable_gpu_seconds || 0).toFixed(1), acc.final ? "final" : "so far"),
           fact("Credited GPU-s", (acc.credited_gpu_seconds || 0).toFixed(1)));
         document.getElementById("tl").replaceChildren(renderTimeline(tl, doc));
+        // A bar too narrow for its word keeps its colour (legend, tooltip) and drops the text.
+        for (const bar of document.querySelectorAll("#tl .seg, #tl .window")) {
+          if (bar.scrollWidth > bar.clientWidth + 1) bar.textContent = "";
+        }
         document.getElementById("explainbox").replaceChildren(explainBlock(explained.text));
         document.getElementById("accbox").replaceChildren(accountingBlock(record));
         document.getElementById("outbox").replaceChildren(await outputsBlock(jobId));

@@ -1,0 +1,342 @@
+"""The web console in headless Chromium, against the real set of services.
+
+One module-scoped installation (sink, API, scheduler, processors, two agents on
+the Docker daemon) on its own topics, Postgres schema and API port, as the demo
+runs it. The browser signs in with the dev tenant's token, follows a running
+job's logs live, reads a failed job's explanation, watches a job whose node is
+killed being retried elsewhere, and checks the timeline, the job list and the
+fleet page. Screenshots of every page go to the test run's temporary folder
+(printed; set GRIDLEDGER_SCREENSHOTS to keep them somewhere else).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from infra.topics import delete_topics, ensure_topics
+from schemas.views import TERMINAL_STATUSES
+from services.cli.client import resolve_token
+from services.demo.run import Demo
+from services.demo.scenarios import BUSYBOX, JOBS, NODE_LOST
+from services.settings import Settings, load_settings
+from tests.console import browser
+
+pytestmark = pytest.mark.integration
+
+TICKS = 30
+TICKER = {
+    "name": "ticker",
+    "image": BUSYBOX,
+    "command": [
+        "sh",
+        "-c",
+        f"for i in $(seq 1 {TICKS}); do echo tick $i; sleep 0.5; done; echo ticker done",
+    ],  # fmt: skip
+}
+MISSING_MODULE = next(j for j in JOBS if j.key == "missing-module")
+STATES_OF_A_SUCCESS = ["submitted", "queued", "scheduled", "starting", "running", "finishing",
+                       "succeeded"]  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Console:
+    settings: Settings
+    demo: Demo
+    driver: WebDriver
+    token: str
+    shots: Path
+
+    @property
+    def base(self) -> str:
+        return f"http://{self.settings.api_host}:{self.settings.api_port}"
+
+    def open(self, path: str) -> None:
+        self.driver.get(self.base + path)
+
+    def shot(self, name: str) -> Path:
+        path = self.shots / f"{name}.png"
+        self.driver.save_screenshot(str(path))
+        print(f"screenshot: {path}")
+        return path
+
+    def full_shot(self, name: str) -> Path:
+        """The whole page, not just the window (resized to the document's height)."""
+        height = self.driver.execute_script("return document.documentElement.scrollHeight")
+        self.driver.set_window_size(1440, max(1000, int(height) + 40))
+        try:
+            return self.shot(name)
+        finally:
+            self.driver.set_window_size(1440, 1000)
+
+    def submit(self, spec: dict[str, Any]) -> str:
+        return str(self.demo.client.post("/v1/jobs", json.dumps(spec).encode())["job_id"])
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        doc: dict[str, Any] = self.demo.client.get(f"/v1/jobs/{job_id}")
+        return doc
+
+    def text(self, css: str) -> str:
+        return str(self.driver.find_element(By.CSS_SELECTOR, css).text)
+
+    def states(self, lane: str) -> list[str]:
+        return [
+            str(e.get_attribute("data-state"))
+            for e in self.driver.find_elements(By.CSS_SELECTOR, f'[data-lane="{lane}"] .seg')
+        ]
+
+    def settled(self, job_id: str) -> bool:
+        doc = self.job(job_id)
+        return doc["status"] in TERMINAL_STATUSES and bool(
+            (doc.get("accounting") or {}).get("final")
+        )
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    why = browser.missing()
+    if why and os.environ.get("CI"):
+        pytest.fail(why)
+    if why:
+        pytest.skip(why)
+    tag = uuid.uuid4().hex[:8]
+    settings = load_settings(
+        topic_prefix=f"console-{tag}.", pg_schema=f"console_{tag}", api_port=_free_port()
+    )
+    shots = Path(os.environ.get("GRIDLEDGER_SCREENSHOTS") or tmp_path_factory.mktemp("screens"))
+    shots.mkdir(parents=True, exist_ok=True)
+    print(f"\nconsole screenshots in {shots}")
+    asyncio.run(ensure_topics(settings))
+    demo = Demo(settings, say=lambda line: print(line, flush=True))
+    driver = None
+    try:
+        demo.start_services()
+        driver = browser.start()
+        yield Console(settings, demo, driver, resolve_token(settings, None), shots)
+    finally:
+        if driver is not None:
+            driver.quit()
+        demo.services.stop()
+        asyncio.run(delete_topics(settings))
+        asyncio.run(_drop_schema(settings))
+
+
+async def _drop_schema(settings: Settings) -> None:
+    conn = await asyncpg.connect(settings.dsn)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+# --------------------------------------------------------------------------- the tests
+# They share the installation and run in file order: sign in first.
+
+
+def test_sign_in_asks_for_a_token_and_refuses_a_wrong_one(console: Console) -> None:
+    driver = console.driver
+    console.open("/console")
+    driver.execute_script("localStorage.clear()")
+    driver.refresh()
+    field = browser.wait_for(lambda: driver.find_element(By.ID, "token"), 20, "the sign-in form")
+    console.shot("01-sign-in")
+    field.send_keys("not-a-token")
+    driver.find_element(By.CSS_SELECTOR, "#signin button").click()
+    browser.wait_for(
+        lambda: "not accepted" in console.text(".signin"), 20, "the wrong token to be refused"
+    )
+    driver.find_element(By.ID, "token").send_keys(console.token)
+    driver.find_element(By.CSS_SELECTOR, "#signin button").click()
+    browser.wait_for(lambda: driver.find_elements(By.ID, "jobs"), 20, "the job list")
+    assert driver.execute_script("return localStorage.getItem('gridledger.token')") == console.token
+    assert "token" in console.text(".who")
+
+
+def test_a_running_jobs_logs_follow_live_and_the_timeline_shows_each_state(
+    console: Console,
+) -> None:
+    driver = console.driver
+    job_id = console.submit(TICKER)
+    console.open(f"/console/jobs/{job_id}")
+    browser.wait_for(lambda: driver.find_elements(By.ID, "logs"), 30, "the job page")
+
+    def lines() -> int:
+        return int(driver.find_element(By.ID, "logs").get_attribute("data-lines") or 0)
+
+    first = browser.wait_for(lambda: lines() >= 3 and lines(), 120, "the first log lines")
+    # The log lines come straight from the job's partition; the status from the read model,
+    # a poll later.
+    browser.wait_for(
+        lambda: (
+            driver.find_element(By.CSS_SELECTOR, "#head .pill").get_attribute("data-status")
+            == "running"
+        ),
+        30,
+        "the page to say running",
+    )
+    assert "ticker done" not in console.text("#logs")
+    assert "following live" in console.text("#logstate")
+    console.shot("02-job-running-logs-following")
+    # More lines arrive on the same page, without a reload, while the job still runs.
+    more = browser.wait_for(lambda: lines() >= first + 4 and lines(), 60, "more lines, live")
+    assert more > first and "ticker done" not in console.text("#logs")
+
+    browser.wait_for(lambda: "end of logs" in console.text("#logs"), 120, "the stream to end")
+    text = console.text("#logs")
+    assert [f"tick {i}" in text for i in range(1, TICKS + 1)] == [True] * TICKS
+    assert "ticker done" in text and "job succeeded" in text
+    browser.wait_for(
+        lambda: console.states("job") == STATES_OF_A_SUCCESS, 60, "every state on the timeline"
+    )
+    assert console.states("attempt-1")[:4] == ["scheduled", "starting", "running", "finishing"]
+    assert driver.find_elements(By.CSS_SELECTOR, '[data-window="finishing"]')
+    events = driver.find_elements(By.CSS_SELECTOR, "#events tbody tr")
+    types = [e.get_attribute("data-type") for e in events]
+    assert types[0] == "JobSubmitted" and "JobSucceeded" in types
+    assert len(driver.find_elements(By.CSS_SELECTOR, '[data-lane="events"] .tick')) == len(types)
+    browser.wait_for(lambda: console.text("#accounting").startswith("Final"), 60, "final usage")
+    assert float(console.text("#billable")) > 0
+    assert "None stored" in console.text("#outbox")
+    console.full_shot("03-job-succeeded")
+
+
+def test_a_failed_job_shows_the_cli_explanation_and_red_status(console: Console) -> None:
+    driver = console.driver
+    job_id = console.submit(MISSING_MODULE.spec)
+    console.open(f"/console/jobs/{job_id}")
+    browser.wait_for(
+        lambda: (
+            driver.find_element(By.CSS_SELECTOR, "#head .pill").get_attribute("data-status")
+            == "failed"
+        ),
+        180,
+        "the job to fail",
+    )
+    explained = browser.wait_for(
+        lambda: "What to do next" in console.text("#explain") and console.text("#explain"),
+        30,
+        "the explanation",
+    )
+    cli = console.demo.client.get(f"/v1/jobs/{job_id}/explain")["text"]
+    assert explained.split() == cli.split(), "the console shows the text the CLI prints"
+    assert "transformers" in explained and "Whose side" in explained
+    assert console.states("job")[-1] == "failed"
+    colour = driver.find_element(By.CSS_SELECTOR, "#head .pill").value_of_css_property("color")
+    assert colour == "rgba(207, 34, 46, 1)", colour  # --s-failed
+    console.full_shot("04-job-failed-explained")
+
+
+def test_a_lost_node_shows_two_attempt_lanes_the_waits_and_a_silent_node(
+    console: Console,
+) -> None:
+    driver = console.driver
+    demo = console.demo
+    job_id = console.submit(NODE_LOST.spec)
+    console.open("/console")
+    browser.wait_for(
+        lambda: driver.find_elements(By.CSS_SELECTOR, f'tr[data-job="{job_id}"]'), 30, "its row"
+    )
+    driver.execute_script("window.__noReload = true")
+    browser.wait_for(lambda: console.job(job_id).get("checkpoints"), 180, "a first checkpoint")
+    node = console.job(job_id)["attempts"][-1]["node_id"]
+    demo.kill_node(node)
+    pill = f'tr[data-job="{job_id}"] .pill'
+    browser.wait_for(
+        lambda: (
+            driver.find_element(By.CSS_SELECTOR, pill).get_attribute("data-status")
+            in ("lost_contact", "retrying", "queued", "scheduled", "starting", "running")
+        ),
+        120,
+        "the list to show the job in trouble or retried",
+    )
+    console.shot("05-jobs-live-during-retry")
+    browser.wait_for(lambda: console.settled(job_id), 240, "the retry to finish")
+    browser.wait_for(
+        lambda: (
+            driver.find_element(By.CSS_SELECTOR, pill).get_attribute("data-status") == "succeeded"
+        ),
+        30,
+        "the list to turn succeeded without a reload",
+    )
+    assert driver.execute_script("return window.__noReload") is True
+
+    console.open(f"/console/jobs/{job_id}")
+    browser.wait_for(lambda: console.states("attempt-2"), 30, "the second attempt's lane")
+    job_states = console.states("job")
+    for state in ("running", "lost_contact", "retrying", "succeeded"):
+        assert state in job_states, f"{state} missing from {job_states}"
+    assert console.states("attempt-1")[-1] == "lost"
+    labels = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".lane .label")]
+    assert any(node in label for label in labels), labels
+    lost = driver.find_element(By.CSS_SELECTOR, '[data-window="lost_contact"]')
+    assert lost.get_attribute("data-outcome") == "lost"
+    assert driver.find_elements(By.CSS_SELECTOR, '[data-window="backoff"]')
+    browser.wait_for(lambda: console.text("#accounting").startswith("Final"), 60, "final usage")
+    assert float(console.text("#credited")) > 0, "the lost attempt is credited"
+    console.full_shot("06-job-node-lost-retried")
+
+    console.open("/console/fleet")
+    card = f'[data-node="{node}"]'
+    browser.wait_for(
+        lambda: driver.find_element(By.CSS_SELECTOR, card).get_attribute("data-status") == "silent",
+        120,
+        f"{node} to show silent",
+    )
+    mine = driver.find_element(By.CSS_SELECTOR, f"{card} .mine")
+    assert mine.get_attribute("data-count") == "0", "a lost attempt is not running there"
+    assert "unknown" in console.text(card)
+    console.shot("07-fleet")
+
+
+def test_the_job_list_filters_by_status_and_pages(console: Console) -> None:
+    driver = console.driver
+    console.open("/console")
+    browser.wait_for(
+        lambda: len(driver.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]")) >= 3,
+        30,
+        "the jobs",
+    )
+    console.shot("08-jobs")
+    driver.find_element(By.CSS_SELECTOR, '[data-filter="failed"]').click()
+    browser.wait_for(
+        lambda: (
+            {
+                p.get_attribute("data-status")
+                for p in driver.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job] .pill")
+            }
+            == {"failed"}
+        ),
+        30,
+        "only failed jobs",
+    )
+    assert "filter=failed" in driver.current_url
+    driver.find_element(By.CSS_SELECTOR, '[data-filter="all"]').click()
+    browser.wait_for(
+        lambda: (
+            "succeeded"
+            in {
+                p.get_attribute("data-status")
+                for p in driver.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job] .pill")
+            }
+        ),
+        30,
+        "all jobs again",
+    )
