@@ -47,9 +47,13 @@ def start(width: int = 1440, height: int = 1000) -> WebDriver:
 
 
 def wait_for(
-    check: Callable[[], T | None | bool], timeout_s: float, what: str, poll_s: float = 0.25
+    check: Callable[[], T | None | bool],
+    timeout_s: float,
+    what: str,
+    poll_s: float = 0.25,
+    context: Callable[[], str] | None = None,
 ) -> T:
-    """Poll ``check`` until it returns something truthy; fail naming ``what``."""
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` (and ``context``)."""
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -60,5 +64,9 @@ def wait_for(
         except (StaleElementReferenceException, WebDriverException) as exc:
             last = exc
         time.sleep(poll_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}" + (
-        f" (last error: {last})" if last else ""))  # fmt: skip
+    seen = context() if context else ""
+    raise AssertionError(
+        f"timed out after {timeout_s:.0f} s waiting for {what}"
+        + (f" (last error: {last})" if last else "")
+        + (f"\n{seen}" if seen else "")
+    )

@@ -175,7 +175,7 @@ const GL = (() => {
   function jobRow(job) {
     const ran = job.terminal_at && job.submitted_at
       ? (parse(job.terminal_at) - parse(job.submitted_at)) / 1000 : null;
-    return el("tr", { dataset: { job: job.job_id } },
+    return el("tr", { dataset: { job: job.job_id, attempt: job.attempt } },
       el("td", {}, pill(job.status)),
       el("td", {}, el("a", { href: `/console/jobs/${job.job_id}`, class: "jobname" }, job.name || job.job_id),
         job.name ? el("div", { class: "mono faint" }, job.job_id) : null),
@@ -272,8 +272,8 @@ const GL = (() => {
     if (ts.length < 2) ts.push((ts[0] || 0) + 1000);
     const total = ts[ts.length - 1] - ts[0] || 1;
     const weights = ts.slice(1).map((t, i) => Math.max(t - ts[i], total * 0.07));
-    const pad = endPad ? total * 0.1 : 0;
-    const sum = weights.reduce((a, b) => a + b, 0) + pad;
+    const steps = weights.reduce((a, b) => a + b, 0);
+    const sum = steps + (endPad ? steps * 0.15 : 0);
     const xs = [0];
     for (const w of weights) xs.push(xs[xs.length - 1] + (w / sum) * 100);
     const x = (date) => {
@@ -287,6 +287,12 @@ const GL = (() => {
     return x;
   }
 
+  const SHORT = {
+    submitted: "sub", queued: "queue", scheduled: "sched", starting: "start", running: "run",
+    finishing: "fin", lost_contact: "lost?", retrying: "retry", succeeded: "✓",
+    succeeded_with_errors: "✓ !", failed: "✗", cancelled: "⊘", rejected: "✗", lost: "lost",
+    ended: "rel",
+  };
   const WINDOW_NAMES = { lost_contact: "lost contact", finishing: "finishing", backoff: "retry backoff" };
 
   function renderTimeline(tl, job) {
@@ -309,7 +315,7 @@ const GL = (() => {
       const secs = ((s.end ? parse(s.end) : now) - parse(s.start)) / 1000;
       const cls = `seg${point ? " outcome" : ""}${!s.end && last ? " open" : ""}`;
       return el("div", { class: cls, style: `${colour(s.state)}; left:${a}%; width:${Math.max(b - a, 0.6)}%`,
-        dataset: { state: s.state },
+        dataset: { state: s.state, short: SHORT[s.state] || "" },
         title: `${label(s.state)} · from ${clock(s.start)}${point ? "" : ` · ${duration(secs)}`}` },
         label(s.state));
     };
@@ -333,7 +339,9 @@ const GL = (() => {
           const a = x(parse(w.start)), b = x(w.end ? parse(w.end) : now);
           const secs = ((w.end ? parse(w.end) : now) - parse(w.start)) / 1000;
           const name = WINDOW_NAMES[w.kind];
-          return el("div", { class: `window ${w.kind}`, dataset: { window: w.kind, outcome: w.outcome },
+          return el("div", { class: `window ${w.kind}`,
+            dataset: { window: w.kind, outcome: w.outcome,
+                       short: `${duration(secs)} → ${w.outcome}|${duration(secs)}` },
             style: `left:${a}%; width:${Math.max(b - a, 0.8)}%`,
             title: `${name} (attempt ${w.attempt}) · ${duration(secs)} · ${w.outcome}` +
               (w.deadline ? ` · deadline ${local(w.deadline)}` : "") },
@@ -528,9 +536,14 @@ const GL = (() => {
           fact("Billable GPU-s", (acc.billable_gpu_seconds || 0).toFixed(1), acc.final ? "final" : "so far"),
           fact("Credited GPU-s", (acc.credited_gpu_seconds || 0).toFixed(1)));
         document.getElementById("tl").replaceChildren(renderTimeline(tl, doc));
-        // A bar too narrow for its word keeps its colour (legend, tooltip) and drops the text.
+        // A bar too narrow for its word gets the short form, then none (colour, legend and
+        // tooltip still say what it is).
         for (const bar of document.querySelectorAll("#tl .seg, #tl .window")) {
-          if (bar.scrollWidth > bar.clientWidth + 1) bar.textContent = "";
+          const overflows = () => bar.scrollWidth > bar.clientWidth + 1;
+          for (const shorter of [...(bar.dataset.short || "").split("|"), ""]) {
+            if (!overflows()) break;
+            bar.textContent = shorter;
+          }
         }
         document.getElementById("explainbox").replaceChildren(explainBlock(explained.text));
         document.getElementById("accbox").replaceChildren(accountingBlock(record));
