@@ -48,6 +48,8 @@ PRODUCER = web.AppKey("producer", str)
 SUBMISSIONS = web.AppKey("submissions", idempotency.Submissions)
 SIGNER = web.AppKey("signer", artifacts.Signer)
 OPENAPI = web.AppKey("openapi", dict)
+ROUTES = web.AppKey("routes", tuple)
+"""Every operation the app serves (the table plus the ops endpoints)."""
 
 
 def new_job_id() -> str:
@@ -744,6 +746,7 @@ def build_app(
     app[PRODUCER] = f"api/{socket.gethostname()}"
     app[SUBMISSIONS] = idempotency.Submissions()
     app[SIGNER] = artifacts.Signer(settings)
+    app[ROUTES] = operations
     app[OPENAPI] = openapi_document(operations)
     register(app, operations)
 

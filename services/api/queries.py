@@ -195,7 +195,8 @@ async def nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:
 
 
 LIVE_ATTEMPT_STATUSES = ("scheduled", "starting", "running", "finishing")
-"""Attempt states that hold (or are about to hold) GPUs on their node."""
+"""Attempt states that hold (or are about to hold) GPUs on their node; a superseded attempt
+(another one won) counts until it has released what it held."""
 
 
 async def tenant_live_attempts(pool: asyncpg.Pool, tenant: str) -> dict[str, list[dict[str, Any]]]:
@@ -203,7 +204,8 @@ async def tenant_live_attempts(pool: asyncpg.Pool, tenant: str) -> dict[str, lis
     rows = await pool.fetch(
         "SELECT a.node_id, a.job_id, a.attempt, a.status, j.status AS job_status "
         "FROM attempts a JOIN jobs j USING (job_id) "
-        "WHERE j.tenant = $1 AND a.status = ANY($2::text[]) AND a.node_id <> '' "
+        "WHERE j.tenant = $1 AND a.node_id <> '' AND (a.status = ANY($2::text[]) "
+        "     OR (a.status = 'superseded' AND a.held_from IS NOT NULL AND a.released_at IS NULL)) "
         "ORDER BY a.node_id, a.job_id, a.attempt",
         tenant,
         list(LIVE_ATTEMPT_STATUSES),

@@ -112,7 +112,7 @@ def timeline(events: Sequence[tuple[int, Event]], terminal_statuses: frozenset[s
     lanes = [Lane(key="job", label="job", segments=_close(_segments(job_points), terminal))]
     for a in view.attempts:
         segments = _segments(attempt_points.get(a.attempt, []))
-        done = a.status in ("ended", "lost") or terminal
+        done = a.status in ("ended", "lost", "superseded") or terminal
         lanes.append(
             Lane(
                 key=f"attempt-{a.attempt}",

@@ -222,7 +222,10 @@ def test_a_running_jobs_logs_follow_live_and_the_timeline_shows_each_state(
     assert [f"tick {i}" in text for i in range(1, TICKS + 1)] == [True] * TICKS
     assert "ticker done" in text and "job succeeded" in text
     browser.wait_for(
-        lambda: console.states("job") == STATES_OF_A_SUCCESS, 60, "every state on the timeline"
+        lambda: console.states("job") == STATES_OF_A_SUCCESS,
+        60,
+        "every state on the timeline",
+        context=lambda: f"job lane: {console.states('job')}",
     )
     assert console.states("attempt-1")[:4] == ["scheduled", "starting", "running", "finishing"]
     assert driver.find_elements(By.CSS_SELECTOR, '[data-window="finishing"]')
