@@ -541,6 +541,12 @@ async def openapi(request: web.Request) -> web.Response:
 # --------------------------------------------------------------------------- the routes
 
 _JOB = "/v1/jobs/{job_id}"
+UNAVAILABLE = Reply(
+    "application/problem+json with Retry-After: a dependency (broker, Postgres, object store) "
+    "is away; nothing was recorded",
+    m.ProblemDetail,
+    model_media="application/problem+json",
+)
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "POST",
@@ -550,7 +556,12 @@ OPERATIONS: tuple[Operation, ...] = (
         "Submit a job (JSON or YAML JobSpec)",
         {
             200: Reply("a retried submit with the same Idempotency-Key: the same job", m.Created),
-            201: Reply("recorded on the ledger; body has job_id and links", m.Created),
+            202: Reply(
+                "accepted: the broker acknowledged JobSubmitted; `recorded` is false while the "
+                "read models lag",
+                m.Created,
+            ),
+            503: UNAVAILABLE,
             400: Reply("the body is not JSON or YAML", m.Problems),
             409: Reply("the Idempotency-Key was used with another spec", m.ErrorBody),
             413: Reply("the body is larger than the limit", m.Problems),
@@ -642,7 +653,30 @@ OPERATIONS: tuple[Operation, ...] = (
         {
             202: Reply("CancelRequested recorded", m.CancelAccepted),
             409: Reply("the job is already terminal", m.ErrorBody),
+            503: UNAVAILABLE,
         },
+    ),
+    Operation(
+        "GET",
+        f"{_JOB}/artifacts",
+        list_artifacts,
+        "listJobArtifacts",
+        "The outputs and checkpoints the job stored: path, attempt, size, sha256, expiry",
+        {200: Reply("the stored artifacts", m.ArtifactList)},
+        tags=("artifacts",),
+    ),
+    Operation(
+        "GET",
+        f"{_JOB}/artifacts/url",
+        artifact_url,
+        "getJobArtifactUrl",
+        "A short-lived download URL for one stored artifact",
+        {
+            200: Reply("the artifact and its signed URL", m.SignedArtifact),
+            503: UNAVAILABLE,
+        },
+        query=m.ArtifactQuery,
+        tags=("artifacts",),
     ),
     Operation(
         "GET",

@@ -72,7 +72,7 @@ class Links(ApiModel):
     cancel: str
     explain: str
     timeline: str
-    outputs: str
+    artifacts: str
 
 
 class Problem(ApiModel):
@@ -96,6 +96,19 @@ class ErrorBody(ApiModel):
     error: str
     detail: str
     hint: str | None = None
+
+
+class ProblemDetail(BaseModel):
+    """RFC 9457 ``application/problem+json``, with gridledger's ``error`` code."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    error: str
+    retry_after_s: float | None = None
 
 
 class Created(ApiModel):
@@ -198,6 +211,36 @@ class Explanation(ApiModel):
     job_id: str
     status: JobStatus
     text: str
+
+
+class Artifact(ApiModel):
+    """One output or checkpoint an attempt stored."""
+
+    kind: str = Field(description="output or checkpoint")
+    path: str
+    attempt: int
+    bytes: int
+    sha256: str
+    step: int | None = None
+    uri: str
+    stored_at: datetime
+    expires_at: datetime
+
+
+class ArtifactList(ApiModel):
+    job_id: str
+    retention_days: int
+    artifacts: list[Artifact]
+
+
+class ArtifactQuery(ApiModel):
+    path: str = Field(description="as listed by GET /v1/jobs/{job_id}/artifacts")
+    attempt: int | None = Field(None, ge=1, description="which attempt's copy (default: latest)")
+
+
+class SignedArtifact(Artifact):
+    url: str = Field(description="a short-lived download URL")
+    url_expires_at: datetime
 
 
 class AccountingRow(ApiModel):

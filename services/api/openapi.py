@@ -19,7 +19,7 @@ from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from services.api.models import ErrorBody, Problems
+from services.api.models import ErrorBody, ProblemDetail, Problems
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 REF = "#/components/schemas/{model}"
@@ -62,6 +62,11 @@ class Operation:
 
 UNAUTHORIZED = Reply("missing or unknown bearer token", ErrorBody)
 NOT_FOUND = Reply("no such job for this tenant (another tenant's job looks the same)", ErrorBody)
+SERVICE_UNAVAILABLE = Reply(
+    "application/problem+json with Retry-After: the read models (Postgres) are away",
+    ProblemDetail,
+    model_media="application/problem+json",
+)
 INVALID_QUERY = Reply("a query parameter is invalid: which one and how to fix it", Problems)
 
 
@@ -112,6 +117,9 @@ def _responses(op: Operation, refs: dict[Any, Any]) -> dict[str, Any]:
         replies.setdefault(404, NOT_FOUND)
     if op.query is not None:
         replies.setdefault(422, INVALID_QUERY)
+    if not op.public and op.path.startswith("/v1/"):
+        # Every read can meet an outage of the read models (errors.middleware).
+        replies.setdefault(503, SERVICE_UNAVAILABLE)
     out: dict[str, Any] = {}
     for status, reply in sorted(replies.items()):
         content = dict(reply.media)

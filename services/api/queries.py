@@ -143,7 +143,7 @@ def links(job_id: str) -> dict[str, str]:
         "cancel": f"{base}/cancel",
         "explain": f"{base}/explain",
         "timeline": f"{base}/timeline",
-        "outputs": f"{base}/outputs",
+        "artifacts": f"{base}/artifacts",
     }
 
 

@@ -52,6 +52,7 @@ async def test_every_json_operation_answers_what_its_model_says(api: Api) -> Non
     assert document["status"] == "failed"
     await call(api, "GET", f"{job}/events", "listJobEvents")
     await call(api, "GET", f"{job}/accounting", "getJobAccounting")
+    await call(api, "GET", f"{job}/artifacts", "listJobArtifacts")
     await call(api, "GET", "/v1/accounting", "listAccounting")
     await call(api, "GET", "/v1/nodes", "listNodes")
     await call(api, "GET", "/healthz", "getLiveness")
@@ -77,5 +78,5 @@ async def test_a_submit_answers_the_created_model(api: Api) -> None:
         json={"image": "gridledger/busybox:latest", "command": ["true"]},
         headers=api.auth(),
     )
-    assert response.status == 201
-    conforms(api, "submitJob", 201, await response.json())
+    assert response.status == 202
+    conforms(api, "submitJob", 202, await response.json())

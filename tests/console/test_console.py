@@ -314,6 +314,11 @@ def test_a_lost_node_shows_two_attempt_lanes_the_waits_and_a_silent_node(
     assert driver.find_elements(By.CSS_SELECTOR, '[data-window="backoff"]')
     browser.wait_for(lambda: console.text("#accounting").startswith("Final"), 60, "final usage")
     assert float(console.text("#credited")) > 0, "the lost attempt is credited"
+    stored = {
+        (row.get_attribute("data-path"), row.find_element(By.CSS_SELECTOR, "td:nth-child(2)").text)
+        for row in driver.find_elements(By.CSS_SELECTOR, "#outputs tbody tr")
+    }
+    assert ("model.pt", "output") in stored and ("ckpt/step-1.pt", "checkpoint") in stored
     console.full_shot("06-job-node-lost-retried")
 
     console.open("/console/fleet")

@@ -412,21 +412,33 @@ const GL = (() => {
   }
 
   async function outputsBlock(jobId) {
-    // The outputs endpoint lists what the artifact store holds for the job; until it
-    // answers (or when it lists nothing), the panel says so.
+    // What the artifact store holds for the job (outputs and checkpoints of every attempt).
     let items = [];
+    let retention = null;
     try {
-      const response = await api(`/v1/jobs/${jobId}/outputs`);
-      if (response.ok) items = (await response.json()).outputs || [];
+      const response = await api(`/v1/jobs/${jobId}/artifacts`);
+      if (response.ok) { const body = await response.json(); items = body.artifacts || []; retention = body.retention_days; }
     } catch (error) { if (error instanceof Unauthorized) throw error; }
     if (!items.length) return el("div", { class: "empty", id: "outputs" }, "None stored.");
-    return el("table", { id: "outputs" }, el("thead", {}, el("tr", {},
-      ["Path", "Attempt", "Size", "SHA-256", ""].map((h) => el("th", {}, h)))),
-      el("tbody", {}, items.map((o) => el("tr", {},
-        el("td", { class: "mono" }, o.path || o.name), el("td", {}, o.attempt ?? ""),
-        el("td", { class: "num" }, o.bytes ?? ""), el("td", { class: "mono faint" }, (o.sha256 || "").slice(0, 12)),
-        el("td", {}, o.download_url || (o.links && o.links.download)
-          ? el("a", { href: o.download_url || o.links.download }, "download") : "")))));
+    const size = (n) => (n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(1)} MiB` : n >= 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${n} B`);
+    const download = (o) => el("button", { class: "link", onclick: async (event) => {
+      event.target.disabled = true;
+      const q = new URLSearchParams({ path: o.path, attempt: String(o.attempt) });
+      try {
+        const signed = await getJSON(`/v1/jobs/${jobId}/artifacts/url?${q}`);
+        location.assign(signed.url);
+      } catch (error) { event.target.replaceWith(el("span", { class: "error" }, error.message)); }
+      event.target.disabled = false;
+    } }, "download");
+    return el("div", { id: "outputs" },
+      el("table", {}, el("thead", {}, el("tr", {},
+        ["Path", "Kind", "Att.", "Size", "SHA-256", ""].map((h, i) => el("th", { class: i === 3 ? "num" : "" }, h)))),
+        el("tbody", {}, items.map((o) => el("tr", { dataset: { path: o.path } },
+          el("td", { class: "mono", style: "white-space:nowrap" }, o.path), el("td", { class: "muted" }, o.kind),
+          el("td", {}, o.attempt), el("td", { class: "num" }, size(o.bytes || 0)),
+          el("td", { class: "mono faint", title: o.sha256 }, (o.sha256 || "").slice(0, 12)),
+          el("td", {}, download(o)))))),
+      retention ? el("div", { class: "faint", style: "margin-top:8px" }, `Kept ${retention} days after they were stored.`) : null);
   }
 
   function followLogs(jobId, pre, state) {
@@ -497,7 +509,7 @@ const GL = (() => {
       const logState = el("span", { class: "state", id: "logstate" });
       const explainPanel = el("div", { class: "panel" }, el("h2", {}, "Explain"), el("div", { id: "explainbox" }));
       const accPanel = el("div", { class: "panel" }, el("h2", {}, "Accounting"), el("div", { id: "accbox" }));
-      const outPanel = el("div", { class: "panel" }, el("h2", {}, "Outputs"), el("div", { id: "outbox" }));
+      const outPanel = el("div", { class: "panel" }, el("h2", {}, "Outputs and checkpoints"), el("div", { id: "outbox" }));
       const evPanel = el("div", { class: "panel" }, el("h2", {}, "Every event"), el("div", { id: "evbox" }));
       main.replaceChildren(
         el("div", { class: "muted", style: "margin-bottom:6px" }, el("a", { href: "/console" }, "← Jobs")),
