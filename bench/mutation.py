@@ -60,7 +60,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "held time never goes negative when the agent clock steps back"),
     Mutation("late-release-grows-credit", "projections/accounting.py",
              "if isinstance(e, AttemptLost) and not real:",
-             "if isinstance(e, AttemptLost) and False:",
+             "if isinstance(e, AttemptLost) and not _first(history, ComputeReleased, n):",
              "a lost attempt the job did not keep is counted to its last heartbeat"),
     Mutation("classifier-on-ended-jobs", "projections/decisions.py",
              "if view is None or view.status in TERMINAL_STATUSES:\n        return []  # a late",
