@@ -219,14 +219,3 @@ def probe(settings: Settings) -> list[str]:
     if not docker_daemon.ping(settings):
         problems.append(f"no Docker daemon answers at {docker_daemon.address(settings)}")
     return problems
-
-
-def probe_object_store(settings: Settings) -> list[str]:
-    """What of the object store does not answer (empty when it does); for agent tests."""
-    if settings.s3_endpoint:
-        return []
-    if not port_open("127.0.0.1", settings.s3_port):
-        return [f"the object store (SeaweedFS S3) does not answer on {settings.s3_url}"]
-    if not settings.s3_credentials_path.is_file():
-        return [f"no S3 credentials file at {settings.s3_credentials_path}"]
-    return []

@@ -38,7 +38,7 @@ NODE_KEYED_TOPICS = frozenset({"node-events", "node-commands"})
 
 
 def default_home() -> Path:
-    """Folder for local state: jars, broker data, Postgres cluster, spool, artifacts, logs."""
+    """Folder for local state: jars, broker data, Postgres cluster, object store, spool, logs."""
     return Path(os.environ.get("GRIDLEDGER_HOME", Path.cwd() / ".gridledger")).resolve()
 
 

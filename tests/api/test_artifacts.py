@@ -15,9 +15,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from schemas.events import CheckpointStored, Event, OutputStored
 from services.agent.artifacts import S3Store, StoredArtifact
+from services.api.app import build_app
 from services.api.artifacts import Artifact, Signer
 from services.cli.exits import Exit
 from services.cli.main import main
@@ -173,3 +175,27 @@ async def test_outputs_and_download_from_the_cli(
     monkeypatch.setenv("GRIDLEDGER_TOKEN", OTHER_TOKEN)
     assert await gridledger("download", job, "-d", str(tmp_path / "theirs")) != 0
     assert not (tmp_path / "theirs").exists()
+
+
+async def test_no_reader_credential_is_a_503_naming_the_file(
+    api: Api, tmp_path: Path, object_store: PrivateStore
+) -> None:
+    job = "job-art000000006"
+    await _job_with_artifacts(api, tmp_path, job)
+    creds = object_store.credentials
+    # The API's credentials file loses dev's reader: it can list, not sign.
+    without = tmp_path / "no-reader.json"
+    tenants = {**creds.tenants, "dev": creds.tenants["dev"].model_copy(update={"reader": None})}
+    without.write_text(type(creds)(tenants=tenants).model_dump_json(exclude_none=True))
+    settings = api.settings.model_copy(update={"s3_credentials_file": without})
+    async with TestClient(TestServer(build_app(settings, api.ledger, api.pool))) as client:
+        listed = await client.get(f"/v1/jobs/{job}/artifacts", headers=api.auth())
+        assert listed.status == 200 and len((await listed.json())["artifacts"]) == 2
+        response = await client.get(
+            f"/v1/jobs/{job}/artifacts/url?path=model.pt", headers=api.auth()
+        )
+        assert response.status == 503
+        assert response.headers["Content-Type"].startswith("application/problem+json")
+        body = await response.json()
+    assert body["error"] == "object_store_unavailable"
+    assert f"{without} has no 'reader' S3 credential for tenant 'dev'" in body["detail"]
