@@ -319,53 +319,26 @@ async def get_timeline(request: web.Request) -> web.Response:
 
 async def get_logs(request: web.Request) -> web.StreamResponse:
     row = await _own_job(request)
-    query = request.query
     try:
-        attempt = int(query["attempt"]) if "attempt" in query else None
-    except ValueError:
-        return problem_response(
-            422, [problems.Problem("attempt", "not a number", "use 1, 2, ...")], "invalid_query"
-        )
-    stream = query.get("stream")
-    if stream not in (None, "stdout", "stderr", "system"):
-        return problem_response(
-            422,
-            [problems.Problem("stream", f"unknown stream {stream}", "use stdout|stderr|system")],
-            "invalid_query",
-        )
-    try:
-        since = datetime.fromisoformat(query["since"]) if "since" in query else None
-    except ValueError:
-        return problem_response(
-            422,
-            [problems.Problem("since", "not an ISO 8601 time", "use e.g. 2026-12-01T10:00:00Z")],
-            "invalid_query",
-        )
+        query = m.LogsQuery.model_validate(dict(request.query))
+    except ValidationError as exc:
+        return problem_response(422, _query_problems(exc), "invalid_query")
+    since = query.since
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
-    try:
-        tail = int(query["tail"]) if "tail" in query else None
-        if tail is not None and tail < 0:
-            raise ValueError(tail)
-    except ValueError:
-        return problem_response(
-            422, [problems.Problem("tail", "not a line count", "use 0, 1, 2, ...")], "invalid_query"
-        )
-    ndjson = query.get("format") == "ndjson" or "application/x-ndjson" in request.headers.get(
-        "Accept", ""
-    )
+    ndjson = query.format == "ndjson" or "application/x-ndjson" in request.headers.get("Accept", "")
     return await serve_logs(
         request,
         settings=request.app[SETTINGS],
         pool=request.app[POOL],
         ledger=request.app[LEDGER],
         job_id=row["job_id"],
-        attempt=attempt,
-        stream=stream,
+        attempt=query.attempt,
+        stream=query.stream,
         ndjson=ndjson,
-        follow=query.get("follow", "").lower() in ("1", "true", "yes"),
+        follow=query.follow,
         since=since,
-        tail=tail,
+        tail=query.tail,
     )
 
 

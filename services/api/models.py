@@ -59,6 +59,13 @@ class LogsQuery(ApiModel):
     format: Literal["text", "ndjson"] = Field(
         "text", description="ndjson: one chunk per line (also `Accept: application/x-ndjson`)"
     )
+    since: datetime | None = Field(
+        None,
+        description="only chunks read at or after this time (ISO 8601; UTC when no zone is given)",
+    )
+    tail: int | None = Field(
+        None, ge=0, description="only the last N lines (with follow: then the new ones)"
+    )
 
 
 # --------------------------------------------------------------------------- responses

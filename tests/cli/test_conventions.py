@@ -154,6 +154,29 @@ async def test_status_filters_by_state(
     assert "unknown bogus" in capsys.readouterr().err
 
 
+async def test_status_pages_on_the_order_key_and_never_skips(
+    cli_env: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two at a time, every job shows exactly once, newest first, and each page but the
+    last says how to get the next (tests/api/test_pagination.py has ids out of order)."""
+    api = cli_env
+    ids = [await submit(api, tmp_path, capsys) for _ in range(5)]
+    seen: list[str] = []
+    args = ["status", "--limit", "2", "-o", "json"]
+    while True:
+        assert await gridledger(*args) == 0
+        out, err = capsys.readouterr()
+        seen += [j["job_id"] for j in json.loads(out)]
+        if not err:
+            break
+        assert "more exist" in err and len(seen) < len(ids), err
+        args = [*args[:5], "--cursor", err.split("--cursor ")[1].split()[0]]
+    assert seen == list(reversed(ids)), "each job once, newest first"
+    assert await gridledger("status", "--all", "--limit", "1", "--json") == 0
+    out, err = capsys.readouterr()
+    assert [j["job_id"] for j in json.loads(out)] == list(reversed(ids)) and err == ""
+
+
 async def test_status_watch_prints_each_change_until_the_job_ends(
     cli_env: Api, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
