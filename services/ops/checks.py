@@ -40,9 +40,17 @@ class CheckResult:
     ok: bool
     detail: str
     data: dict[str, Any] = field(default_factory=dict)
+    critical: bool = True
+    """False: a failure degrades the service but leaves it ready (see :class:`Optional`)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail, **self.data}
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "critical": self.critical,
+            "detail": self.detail,
+            **self.data,
+        }
 
 
 class Check(Protocol):
@@ -51,19 +59,46 @@ class Check(Protocol):
     async def probe(self) -> CheckResult: ...
 
 
+class Optional:
+    """A check whose failure is reported (``ok: false``) without making the service unready.
+
+    The API is the case: with Postgres away it still takes submissions (the
+    ledger is Kafka), so a load balancer must keep sending it traffic; reads say
+    they may lag.
+    """
+
+    def __init__(self, check: Check) -> None:
+        self.check = check
+        self.name = check.name
+
+    async def probe(self) -> CheckResult:
+        result = await self.check.probe()
+        return CheckResult(result.name, result.ok, result.detail, result.data, critical=False)
+
+    async def close(self) -> None:
+        close = getattr(self.check, "close", None)
+        if close is not None:
+            await close()
+
+
 async def run_checks(
     checks: Sequence[Check], timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> list[CheckResult]:
     """Run every check concurrently; a raised error or a timeout is a failed result."""
 
     async def one(check: Check) -> CheckResult:
+        critical = not isinstance(check, Optional)
         try:
             async with asyncio.timeout(timeout_s):
                 result = await check.probe()
         except TimeoutError:
-            result = CheckResult(check.name, False, f"no answer within {timeout_s:g} s")
+            result = CheckResult(
+                check.name, False, f"no answer within {timeout_s:g} s", critical=critical
+            )
         except Exception as exc:  # noqa: BLE001 - a failed probe is the answer, not a crash
-            result = CheckResult(check.name, False, f"{type(exc).__name__}: {exc}")
+            result = CheckResult(
+                check.name, False, f"{type(exc).__name__}: {exc}", critical=critical
+            )
         metrics.CHECK_OK.labels(check=check.name).set(1 if result.ok else 0)
         return result
 

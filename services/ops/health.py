@@ -114,7 +114,11 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
 
     table = []
     for row in rows:
-        failing = [f"{c['name']}: {c.get('detail', '')}" for c in row["checks"] if not c["ok"]]
+        failing = [
+            f"{c['name']}{'' if c.get('critical', True) else ' (degraded)'}: {c.get('detail', '')}"
+            for c in row["checks"]
+            if not c["ok"]
+        ]
         passed = [c["name"] for c in row["checks"] if c["ok"]]
         if row.get("error"):
             note = row["error"]

@@ -19,7 +19,7 @@ from infra.stack import probe
 from schemas.errors import GridledgerError, StackError
 from services.ops import health
 from services.ops.fleet import load_fleet
-from services.ops.supervisor import Supervisor, supervisor_alive
+from services.ops.supervisor import Supervisor, reap_orphans, supervisor_alive
 from services.settings import Settings
 
 
@@ -40,6 +40,9 @@ def run_fleet(
             f"another supervisor (pid {owner}) already runs the services of {settings.home} "
             f"(see {state}); stop it first, or use another GRIDLEDGER_HOME"
         )
+    left = reap_orphans(state)
+    if left:
+        say(f"stopped {len(left)} service(s) a previous supervisor left running: pids {left}")
     problems = probe(settings)
     if problems:
         raise StackError(

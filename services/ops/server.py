@@ -2,8 +2,9 @@
 
 - ``/healthz`` answers 200 while the process's event loop runs (liveness: a
   supervisor or systemd restarts a process that stops answering it).
-- ``/readyz`` runs the service's checks now and answers 200 when every one
-  passed, 503 otherwise, with a JSON body listing each check (name, ok, detail).
+- ``/readyz`` runs the service's checks now and answers 200 when every critical
+  one passed, 503 otherwise, with a JSON body listing each check (name, ok,
+  critical, detail); a failed non-critical check is listed under ``degraded``.
 - ``/metrics`` runs the service's scrape hooks (gauges read from Postgres, the
   spool, the consumers' lag) and answers the registry in Prometheus text.
 
@@ -50,11 +51,12 @@ class OpsEndpoints:
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         results = await run_checks(self.checks)
-        ready = all(r.ok for r in results)
+        ready = all(r.ok for r in results if r.critical)
         return ready, {
             "service": self.service,
             "pid": os.getpid(),
             "ready": ready,
+            "degraded": [r.name for r in results if not r.ok and not r.critical],
             "checks": [r.to_json() for r in results],
         }
 

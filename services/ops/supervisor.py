@@ -422,3 +422,37 @@ def supervisor_alive(state_file: Path) -> int | None:
     except PermissionError:
         return pid
     return pid
+
+
+def _is_service_process(pid: int) -> bool:
+    """The pid runs ``services.cli.main`` (a gridledger service), not a reused pid."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"services.cli.main" in cmdline
+
+
+def reap_orphans(state_file: Path, grace_s: float = 10.0) -> list[int]:
+    """Stop the services a dead supervisor left running (it was SIGKILLed, say).
+
+    Only pids the state file lists, and only while they still run a gridledger
+    service: a pid the system reused for something else is left alone.
+    """
+    if supervisor_alive(state_file) is not None:
+        return []
+    try:
+        services = json.loads(state_file.read_text()).get("services", [])
+    except (OSError, ValueError):
+        return []
+    pids = [s["pid"] for s in services if s.get("pid") and _is_service_process(int(s["pid"]))]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_is_service_process(p) for p in pids):
+        time.sleep(0.2)
+    for pid in pids:
+        if _is_service_process(pid):
+            _end_group(pid)
+    return pids

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from services.ops.checks import Check, KafkaCheck, PostgresCheck
+from services.ops.checks import Check, KafkaCheck, Optional, PostgresCheck
 from services.ops.logs import JsonFormatter, log_context
 from services.ops.server import OpsEndpoints, OpsServer
 from services.ops.supervisor import free_port
@@ -115,3 +115,17 @@ def test_json_log_lines_carry_job_attempt_and_event() -> None:
     record.event_id = "ev-9"
     line = json.loads(JsonFormatter("sink").format(record))
     assert line["event_id"] == "ev-9" and "job_id" not in line  # the block ended
+
+
+@pytest.mark.integration
+async def test_an_optional_dependency_away_degrades_but_stays_ready(
+    settings: Settings, serve: Any
+) -> None:
+    """The API's case: Postgres away, the broker there: still ready (submissions work)."""
+    dead = settings.dsn.replace(f":{settings.pg_port}/", f":{closed_port()}/")
+    base = await serve([KafkaCheck(settings.kafka_bootstrap), Optional(PostgresCheck(dsn=dead))])
+    status, body = await get(f"{base}/readyz")
+    assert status == 200
+    assert body["degraded"] == ["postgres"]
+    checks = {c["name"]: c for c in body["checks"]}
+    assert checks["postgres"]["ok"] is False and checks["postgres"]["critical"] is False

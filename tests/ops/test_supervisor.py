@@ -40,8 +40,16 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
 
 
 def gone(pid: int) -> bool:
-    """True when no process has this pid (a zombie counts as present: not reaped)."""
-    return not Path(f"/proc/{pid}").exists()
+    """True when nothing runs under this pid any more.
+
+    A zombie counts as gone: it has ended and only waits for its parent to read its
+    status (an orphan's new parent, the container's init, may never do so).
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def health(state: Path) -> tuple[int, dict[str, object]]:
