@@ -37,7 +37,8 @@ CONSUMER_LAG = Gauge(
 DECISION_LATENCY = Histogram(
     "gridledger_decision_latency_seconds",
     "From the broker timestamp of the newest record of a batch that led to decisions "
-    "(derived events, node commands), to the acknowledged append of those decisions",
+    "(processors: derived events, node commands; scheduler: placements, rejections), "
+    "to the acknowledged append of those decisions",
     ["decider"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )

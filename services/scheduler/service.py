@@ -24,6 +24,7 @@ from schemas.events import Event
 from services.backoff import retrying
 from services.ledger import Ledger
 from services.ledger.client import broker_unavailable
+from services.ops import metrics
 from services.scheduler.core import FOLDED_TYPE_NAMES, SchedulerConfig, SchedulerState
 from services.scheduler.inventory import FitChecker
 from services.settings import Settings
@@ -126,7 +127,7 @@ class Scheduler:
                 batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=5000)
                 changed = await self._observe(batch)
                 if changed or time.monotonic() >= next_tick:
-                    await self._decide()
+                    await self._decide(_newest_s(batch) if changed else None)
                     next_tick = time.monotonic() + tick
         finally:
             self.consumer = None
@@ -165,7 +166,9 @@ class Scheduler:
                     seen = True
         return seen
 
-    async def _decide(self) -> None:
+    async def _decide(self, newest_s: float | None = None) -> None:
+        """Decide and append; ``newest_s`` (the broker time of the newest record that
+        led here, None for a timer tick) measures the decision latency."""
         events = self.state.decide(utcnow())
         self.rounds += 1
         if events:
@@ -175,6 +178,16 @@ class Scheduler:
             appended = await self.ledger.append_until_acked(events)
             self._own.update((a.topic, a.partition, a.offset) for a in appended)
             self.placements += sum(1 for e in events if e.type == "AttemptScheduled")
+            if newest_s is not None:
+                metrics.DECISION_LATENCY.labels(decider="scheduler").observe(
+                    max(0.0, time.time() - newest_s)
+                )
+
+
+def _newest_s(batch: Any) -> float | None:
+    """Broker timestamp (epoch seconds) of a polled batch's newest record."""
+    stamps = [raws[-1].timestamp for raws in batch.values() if raws]
+    return max(stamps) / 1000 if stamps else None
 
 
 def _folded(raw: Any) -> bool:

@@ -22,7 +22,7 @@ from services.ops.fleet import RestartPolicy, load_fleet
 from services.ops.supervisor import Supervisor, fetch_json
 from services.settings import Settings
 from tests.sink.pg import private_schema
-from tests.sink.scenario import run_facts
+from tests.sink.scenario import run_facts, submitted
 
 pytestmark = pytest.mark.integration
 
@@ -161,18 +161,20 @@ def sample(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: 
 
 async def _metrics_move_when_events_flow(settings: Settings, supervisor: Supervisor) -> None:
     job_events = settings.topic("job-events")
-    before = {name: scrape(supervisor, name) for name in ("sink", "processors")}
+    before = {name: scrape(supervisor, name) for name in ("sink", "processors", "scheduler")}
     facts = run_facts(f"job-{uuid.uuid4().hex[:12]}", exit_code=0).all()
     n_job_events = sum(1 for e in facts if settings.topic(type(e).TOPIC) == job_events)
     async with Ledger(settings, "test") as ledger:
         await ledger.append_many(facts)
+        # A job left waiting: the scheduler has something to decide (queue or reject it).
+        await ledger.append(submitted(f"job-{uuid.uuid4().hex[:12]}"))
 
     def consumed(name: str) -> float:
         now = scrape(supervisor, name)
         key = "gridledger_events_consumed_total"
         return sample(now, key, topic=job_events) - sample(before[name], key, topic=job_events)
 
-    wait_until(lambda: consumed("sink") >= n_job_events, 60, "the sink to count the events")
+    wait_until(lambda: consumed("sink") >= n_job_events + 1, 60, "the sink to count the events")
     wait_until(lambda: consumed("processors") >= n_job_events, 60, "the processors to count")
     sink = scrape(supervisor, "sink")
     assert sample(sink, "gridledger_jobs", status="succeeded") == 1
@@ -184,6 +186,13 @@ async def _metrics_move_when_events_flow(settings: Settings, supervisor: Supervi
     )
     assert sum(v for (k, _), v in processors.items() if k == "faust_messages_received_total") >= 1
     assert any(k == "gridledger_consumer_lag" for k, _ in sink)
+    latency = "gridledger_decision_latency_seconds_count"
+    assert sample(processors, latency, decider="processors") >= 1  # the node command
+    wait_until(
+        lambda: sample(scrape(supervisor, "scheduler"), latency, decider="scheduler") >= 1,
+        30,
+        "the scheduler to decide on the submission",
+    )
 
 
 async def test_a_service_stopped_on_purpose_is_not_restarted(
