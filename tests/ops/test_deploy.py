@@ -8,6 +8,7 @@ import re
 import shlex
 from pathlib import Path
 
+import yaml
 from prometheus_client import CollectorRegistry
 
 from services.cli.main import cli
@@ -58,3 +59,16 @@ def test_every_metric_the_dashboard_queries_is_exported() -> None:
     queried = {m for e in exprs for m in re.findall(r"\b((?:gridledger|faust)_[a-z_]+)", e)}
     missing = sorted(queried - exported_names())
     assert queried and not missing, f"the dashboard queries metrics nobody exports: {missing}"
+
+
+def test_every_compose_service_is_healthy_only_when_its_readyz_says_so() -> None:
+    compose = yaml.safe_load((DEPLOY.parent / "docker-compose.yml").read_text())["services"]
+    long_running = {"api", "scheduler", "processors", "sink", "agent"}
+    for name in long_running:
+        service = compose[name]
+        probe = " ".join(service["healthcheck"]["test"])
+        port = service["environment"]["GRIDLEDGER_OPS_PORT"]
+        assert service["command"][0] in cli.commands, name
+        assert f"127.0.0.1:{port}/readyz" in probe or (
+            name == "api" and "127.0.0.1:8600/readyz" in probe
+        ), f"{name}: {probe}"
