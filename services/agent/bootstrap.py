@@ -56,9 +56,20 @@ def bootstrap(
 
 
 async def run_agent(settings: Settings, agent: AgentSettings, stop: asyncio.Event) -> None:
-    """Run an agent until ``stop`` is set, then shut it down cleanly."""
-    node = await bootstrap(settings, agent).start()
+    """Run an agent until ``stop`` is set, then shut it down cleanly.
+
+    Its ops server (``GRIDLEDGER_OPS_PORT``) answers /healthz, /readyz and /metrics
+    from the moment the node has registered.
+    """
+    from services.ops.server import ops_server
+    from services.ops.wiring import agent_endpoints
+
+    node = bootstrap(settings, agent)
+    ops = ops_server(settings, agent_endpoints(settings, node))
+    await node.start()
+    await ops.start()
     try:
         await stop.wait()
     finally:
+        await ops.stop()
         await node.stop()
