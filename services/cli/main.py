@@ -19,6 +19,7 @@ from services.cli import agent as agent_cli
 from services.cli import artifacts as artifacts_cli
 from services.cli import auth as auth_cli
 from services.cli import bench as bench_cli
+from services.cli import chaos as chaos_cli
 from services.cli import completion as completion_cli
 from services.cli import demo as demo_cli
 from services.cli import dev as dev_cli
@@ -52,6 +53,7 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     ops_cli,
     auth_cli,
     completion_cli,
+    chaos_cli,
 )
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

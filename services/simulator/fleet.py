@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -85,8 +86,11 @@ class SimFleet:
         tick_s: float = 2.0,
         prefix: str = "sim",
         providers: Sequence[str] = ("sim-a", "sim-b", "sim-c"),
+        on_ack: Callable[[Event], None] | None = None,
     ) -> None:
         self.ledger = ledger
+        self.on_ack = on_ack
+        """Called with each event the broker acknowledged (the chaos suite's proof list)."""
         self.mix = mix
         self.heartbeat_interval_s = heartbeat_interval_s
         self.tick_s = tick_s
@@ -111,13 +115,15 @@ class SimFleet:
 
     # ------------------------------------------------------------------ output
 
-    def _done(self, fut: asyncio.Future[Any]) -> None:
+    def _done(self, event: Event, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             self.stats.failed += 1
             if not fut.cancelled():
                 log.error("simulated append failed: %s", fut.exception())
         else:
             self.stats.acked += 1
+            if self.on_ack is not None:
+                self.on_ack(event)
 
     async def emit(self, events: Sequence[Event]) -> None:
         """Send in order without waiting for each ack (the producer keeps per-key order)."""
@@ -129,7 +135,7 @@ class SimFleet:
                 key=event.key.encode(),
                 headers=codec.headers(event),
             )
-            fut.add_done_callback(self._done)
+            fut.add_done_callback(functools.partial(self._done, event))
             self.stats.emitted += 1
 
     async def flush(self) -> None:

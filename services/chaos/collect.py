@@ -1,0 +1,35 @@
+"""Read a whole ledger into a :class:`.invariants.LedgerSnapshot` (every topic from offset 0)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from schemas.events import Event, MeterTick
+from schemas.views import AccountingRecord
+from services.chaos.invariants import LedgerSnapshot
+from services.ledger import Ledger
+from services.settings import Settings
+
+EVENT_TOPICS = ("job-events", "node-events", "heartbeats", "log-chunks", "meter-ticks")
+"""Topics of facts and decisions: their event ids are the proof that nothing was lost."""
+
+
+async def snapshot(settings: Settings) -> LedgerSnapshot:
+    """Every event and the latest accounting record per job, as of now."""
+    read_at = datetime.now(UTC)
+    snap = LedgerSnapshot(read_at=read_at)
+    async with Ledger(settings, "chaos-collect") as ledger:
+        for suffix in EVENT_TOPICS:
+            async for record in ledger.read_partitions(settings.topic(suffix)):
+                value = record.value
+                if not isinstance(value, Event):
+                    continue
+                snap.event_ids.add(value.event_id)
+                if suffix == "job-events":
+                    snap.job_events.setdefault(record.key, []).append(value)
+                elif isinstance(value, MeterTick):
+                    snap.meter_ticks.append(value)
+        async for record in ledger.read_partitions(settings.topic("accounting")):
+            if isinstance(record.value, AccountingRecord):
+                snap.accounting[record.key] = record.value  # the last one per key wins
+    return snap
