@@ -27,6 +27,9 @@ async def snapshot(settings: Settings) -> LedgerSnapshot:
                 snap.event_ids.add(value.event_id)
                 if suffix == "job-events":
                     snap.job_events.setdefault(record.key, []).append(value)
+                    snap.appended_at.setdefault(
+                        value.event_id, datetime.fromtimestamp(record.timestamp_ms / 1000, UTC)
+                    )
                 elif isinstance(value, MeterTick):
                     snap.meter_ticks.append(value)
         async for record in ledger.read_partitions(settings.topic("accounting")):

@@ -139,13 +139,12 @@ async def disk_full(run: Phase) -> str:
         return "skipped: no small filesystem under the spool (needs root and tmpfs)"
     filler = spool / "chaos-filler"
     total, _, free = shutil.disk_usage(spool)
-    with filler.open("wb") as f:
-        with contextlib.suppress(OSError):
-            while True:
-                f.write(b"\0" * (1 << 20))
-        with contextlib.suppress(OSError):
-            while True:
-                f.write(b"\0" * 4096)
+    # Unbuffered: every write reaches the filesystem, so the last one is the one refused.
+    with filler.open("wb", buffering=0) as f:
+        for block in (1 << 20, 4096, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * block)
     left = shutil.disk_usage(spool).free
     try:
         await asyncio.sleep(run.outage_s)

@@ -490,8 +490,14 @@ class Phase:
         self.say(f"[{self.config.name}] fault {name}: {', '.join(parts)}")
         since = time.monotonic()
         result = FaultResult(name, parts, datetime.now(UTC).isoformat(), [])
-        details = await asyncio.gather(*(FAULTS[p].inject(self) for p in parts))
-        result.detail = list(details)
+        outcomes = await asyncio.gather(
+            *(FAULTS[p].inject(self) for p in parts), return_exceptions=True
+        )
+        details = [
+            f"{p}: the injection itself failed: {o!r}" if isinstance(o, BaseException) else o
+            for p, o in zip(parts, outcomes, strict=True)
+        ]
+        result.detail = details
         for line in details:
             self.say(f"    {line}")
         healed = time.monotonic()
@@ -522,8 +528,10 @@ class Phase:
             result.verify = await self._verify()
         self.say(
             f"    recovered: {_fmt(result.recovery_s)}; restarts {result.restarts or 'none'}; "
-            f"invariants {'ok' if verdict.ok else 'VIOLATED ' + str(result.check['findings'])}"
+            f"invariants {'ok' if verdict.ok else 'VIOLATED'}"
         )
+        for finding in verdict.findings[:5]:
+            self.say(f"      {finding.line()}")
         return result
 
     async def _end_offsets_retrying(self) -> dict[TopicPartition, int]:

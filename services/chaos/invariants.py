@@ -100,6 +100,13 @@ class LedgerSnapshot:
     """The latest accounting record per job (the compacted topic's last value)."""
     event_ids: set[str] = field(default_factory=set)
     """Every event id read back, on any topic."""
+    appended_at: dict[str, datetime] = field(default_factory=dict)
+    """Event id -> the record's timestamp on job-events (set by the producing service's
+    clock when it appended), for times to terminal that an agent's skewed clock (which
+    derived events inherit as ``occurred_at``) does not distort."""
+
+    def when(self, event: Event) -> datetime:
+        return self.appended_at.get(event.event_id, event.occurred_at)
 
 
 @dataclass
@@ -199,7 +206,7 @@ def check(
                 )
             )
         if not ends:
-            age = (snapshot.read_at - submitted.occurred_at).total_seconds()
+            age = (snapshot.read_at - snapshot.when(submitted)).total_seconds()
             if age > bound:
                 findings.append(
                     Finding(
@@ -208,14 +215,14 @@ def check(
                 )
             continue
         terminal += 1
-        took = (ends[0].occurred_at - submitted.occurred_at).total_seconds()
+        took = (snapshot.when(ends[0]) - snapshot.when(submitted)).total_seconds()
         if took > longest:
             longest, longest_job = took, job_id
         if took > bound:
             findings.append(
                 Finding("late", job_id, f"{ends[0].type} after {took:.0f} s > {bound:.0f} s")
             )
-        settled = (snapshot.read_at - ends[0].occurred_at).total_seconds() >= settle_s
+        settled = (snapshot.read_at - snapshot.when(ends[0])).total_seconds() >= settle_s
         if settled:
             findings += _accounting(job_id, snapshot.accounting.get(job_id))
     findings += _billing(snapshot)

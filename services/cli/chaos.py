@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
@@ -29,8 +30,15 @@ from services.cli.options import Output, output_options
     multiple=True,
     help="Run only these faults (repeatable; names as in the report).",
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    help="Jobs per phase instead of the mode's own (quick 40; full 400 and 150).",
+)
 @output_options
-def chaos(out: Output, quick: bool, report_path: Path | None, only: tuple[str, ...]) -> int:
+def chaos(
+    out: Output, quick: bool, report_path: Path | None, only: tuple[str, ...], jobs: int | None
+) -> int:
     """Faults on a private installation, then invariants over its whole ledger.
 
     Each phase starts a stack of its own (own home, free ports: the shared stack
@@ -53,12 +61,12 @@ def chaos(out: Output, quick: bool, report_path: Path | None, only: tuple[str, .
         if unknown:
             names = ", ".join([*FAULTS, *OVERLAPS])
             raise click.BadParameter(f"unknown fault(s) {unknown}; choose from {names}")
-        import dataclasses
-
         phases = tuple(
             dataclasses.replace(p, faults=tuple(f for f in p.faults if f in only)) for p in phases
         )
         phases = tuple(p for p in phases if p.faults)
+    if jobs:
+        phases = tuple(dataclasses.replace(p, jobs=jobs) for p in phases)
     settings = load_settings()
     say = (lambda line: None) if out.machine else click.echo
     result = asyncio.run(run_suite(settings, phases, say))

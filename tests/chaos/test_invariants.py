@@ -166,3 +166,21 @@ def test_a_terminal_jobs_accounting_must_exist_be_final_and_reconciled():
     assert _fired(snapshot, acks) == {"no_accounting": 1, "not_final": 1, "unreconciled": 1}
     # While the run goes on, a job that only just ended is given time to settle.
     assert check(snapshot, acks, TIMINGS, settle_s=3600).ok
+
+
+def test_time_to_terminal_is_judged_on_append_times_not_a_skewed_clock():
+    snapshot, acks = _ledger()
+    job_id, events = next(iter(snapshot.job_events.items()))
+    spec = next(e for e in events if isinstance(e, JobSubmitted)).spec
+    bound = terminal_bound_s(spec, TIMINGS)
+    # The terminal event inherits the occurred_at of an agent whose clock runs far ahead...
+    skewed = events[-1].model_copy(
+        update={"occurred_at": events[0].occurred_at + timedelta(seconds=bound + 120)}
+    )
+    snapshot.job_events[job_id] = [*events[:-1], skewed]
+    snapshot.read_at = skewed.occurred_at
+    assert _fired(snapshot, acks) == {"late": 1}
+    # ...but the processors appended it well within the bound.
+    snapshot.appended_at[events[0].event_id] = events[0].occurred_at
+    snapshot.appended_at[skewed.event_id] = events[0].occurred_at + timedelta(seconds=10)
+    assert _fired(snapshot, acks) == {}
