@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from infra import kafka, postgres
 from infra.topics import admin_client
+from services.chaos.procs import libfaketime
 
 if TYPE_CHECKING:
     from services.chaos.harness import Phase
@@ -41,7 +42,7 @@ class Fault:
 
 def _kill_service(name: str) -> Inject:
     async def inject(run: Phase) -> str:
-        pid = await asyncio.to_thread(run.supervisor.kill, name)
+        pid = await asyncio.to_thread(run.services.kill, name)
         return f"SIGKILL {name} (pid {pid}); the supervisor restarts it"
 
     return inject
@@ -112,23 +113,28 @@ async def kill_leader(run: Phase) -> str:
 async def pause_agent(run: Phase) -> str:
     name = run.docker_agents[0]
     pause = run.timings.watchdog_silence_s + run.timings.watchdog_lost_after_s + 5
-    pid = run.supervisor.signal(name, signal.SIGSTOP)
+    pid = run.services.signal(name, signal.SIGSTOP)
     try:
         await asyncio.sleep(pause)
     finally:
-        run.supervisor.signal(name, signal.SIGCONT)
+        run.services.signal(name, signal.SIGCONT)
     return f"SIGSTOP {name} (pid {pid}) for {pause:.0f} s (past silence + lost), then SIGCONT"
 
 
 def _clock(shift: str) -> Inject:
     async def inject(run: Phase) -> str:
         name = run.docker_agents[-1]
-        wrapper = ["faketime", "-f", shift]
-        env = {"FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-        await asyncio.to_thread(run.supervisor.restart_with, name, wrapper, env)
+        # What `faketime -f SHIFT` does, as environment: the supervisor starts the agent.
+        env = {
+            "LD_PRELOAD": libfaketime() or "",
+            "FAKETIME": shift,
+            # asyncio's timers run on the monotonic clock; shift only the wall clock.
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
+        await asyncio.to_thread(run.services.restart_with, name, env)
         await asyncio.sleep(run.skew_s)
-        await asyncio.to_thread(run.supervisor.restart_with, name, [], {})
-        return f"{name} ran {run.skew_s:.0f} s with its clock {shift} (faketime), then normal"
+        await asyncio.to_thread(run.services.restore, name)
+        return f"{name} ran {run.skew_s:.0f} s with its clock {shift} (libfaketime), then normal"
 
     return inject
 
@@ -211,7 +217,7 @@ def missing_need(name: str) -> str | None:
     """Why the fault cannot run here, or None."""
     for member in members(name):
         for need in FAULTS[member].needs:
-            if need == "faketime" and shutil.which("faketime") is None:
+            if need == "faketime" and libfaketime() is None:
                 return "faketime is not installed (apt-get install faketime)"
             if need == "root" and os.geteuid() != 0:
                 return "needs root to mount a small filesystem under the spool"

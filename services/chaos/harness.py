@@ -3,7 +3,8 @@
 A :class:`Phase` brings up a stack of its own (own home, free ports; 1 broker
 or the 3-broker cluster), the services (sink, api, scheduler, processors), two
 real Docker agents and a process of simulated agents, all under
-:class:`.procs.Supervisor`; concurrent submitters post jobs through the API.
+:class:`services.ops.supervisor.Supervisor` (through :class:`.procs.Services`),
+which restarts what crashes; concurrent submitters post jobs through the API.
 It injects its faults one after the other (an overlap is several at once);
 after each one it measures how long each part took to work again and checks
 the invariants over the whole ledger; at the end it stops submitting, lets
@@ -37,12 +38,12 @@ from aiokafka import TopicPartition
 
 from infra import kafka, postgres, processes, stack, tokens
 from infra.private import link_jars, new_home, private_settings
-from infra.services import settings_env
+from infra.services import ServiceSpec, settings_env
 from schemas.views import TERMINAL_STATUSES
 from services.chaos import collect
 from services.chaos.faults import FAULTS, members, missing_need, runs_on
 from services.chaos.invariants import Acks, Timings, Verdict, check
-from services.chaos.procs import Supervisor
+from services.chaos.procs import Services
 from services.chaos.workload import DOCKER_MODEL, SIM_MODEL, Planned, Workload, plan
 from services.ledger import Ledger
 from services.settings import Settings
@@ -188,14 +189,11 @@ class Phase:
         self.docker_agents = ["agent-d1", "agent-d2"]
         self.node_ids = {name: f"chaos-{self.run_id}-{name[-2:]}" for name in self.docker_agents}
         self.spool_mount: Path | None = None
-        self.supervisor = Supervisor(
-            {**settings_env(self.settings), **TIMINGS_ENV}, self.home / "logs" / "services"
-        )
+        self.services = Services(self.settings, self.home / "logs" / "services")
         self.sim_acks_file = self.home / "simagents.acks"
         self.workload: Workload | None = None
         self.results: list[FaultResult] = []
         self.skipped: dict[str, str] = {}
-        self._ticker: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
         self.token = ""
 
@@ -215,11 +213,12 @@ class Phase:
             f"({time.monotonic() - began:.0f} s)"
         )
         self._mount_spool()
-        sup = self.supervisor
-        sup.gridledger("sink", ["sink"])
-        sup.gridledger("api", ["api", "--host", "127.0.0.1", "--port", str(self.settings.api_port)])
-        sup.gridledger("scheduler", ["scheduler"])
-        sup.gridledger("processors", ["processors"])
+        start = self.services.start
+        start(ServiceSpec("sink", ["sink"], TIMINGS_ENV))
+        port = str(self.settings.api_port)
+        start(ServiceSpec("api", ["api", "--host", "127.0.0.1", "--port", port], TIMINGS_ENV))
+        start(ServiceSpec("scheduler", ["scheduler"], TIMINGS_ENV))
+        start(ServiceSpec("processors", ["processors"], TIMINGS_ENV))
         for name in self.docker_agents:
             inventory = self.home / f"{name}.inventory.json"
             gpus = [
@@ -229,15 +228,12 @@ class Phase:
             inventory.write_text(json.dumps({"gpus": gpus}))
             args = ["agent", "--node-id", self.node_ids[name], "--provider", f"chaos-{name}",
                     "--region", "local", "--inventory", str(inventory)]  # fmt: skip
-            sup.gridledger(name, args, AGENT_ENV)
-        sup.python(
-            "simagents",
-            "services.chaos.simagents",
-            ["--nodes", str(self.config.sim_nodes), "--gpus-per-node", str(self.config.sim_gpus),
-             "--gpu-model", SIM_MODEL, "--prefix", f"sim-{self.run_id}",
-             "--acks", str(self.sim_acks_file), "--seed", str(self.config.seed)],
-        )  # fmt: skip
-        self._ticker = asyncio.create_task(self._supervise())
+            start(ServiceSpec(name, args, {**TIMINGS_ENV, **AGENT_ENV}))
+        sim_args = ["chaos-simagents", "--nodes", str(self.config.sim_nodes),
+                    "--gpus-per-node", str(self.config.sim_gpus), "--gpu-model", SIM_MODEL,
+                    "--prefix", f"sim-{self.run_id}", "--acks", str(self.sim_acks_file),
+                    "--seed", str(self.config.seed)]  # fmt: skip
+        start(ServiceSpec("simagents", sim_args, TIMINGS_ENV, ops_port=0))
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15))
         await self._until(self._api_ok, 180, "the API to answer")
         want = self.config.sim_nodes + len(self.docker_agents)
@@ -285,19 +281,8 @@ class Phase:
         while processes.is_alive(pid) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
 
-    async def _supervise(self) -> None:
-        while True:
-            for e in self.supervisor.tick():
-                how = "killed by the harness" if e.expected else "EXITED on its own"
-                self.say(f"    {e.name} exited (code {e.code}), {how}; restarting")
-            await asyncio.sleep(0.25)
-
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
-        await asyncio.to_thread(self.supervisor.stop_all)
+        await asyncio.to_thread(self.services.stop)
         if self._http is not None:
             await self._http.close()
         for node_id in self.node_ids.values():
@@ -489,6 +474,7 @@ class Phase:
         parts = members(name)
         self.say(f"[{self.config.name}] fault {name}: {', '.join(parts)}")
         since = time.monotonic()
+        restarts_before, caused_before = self.services.restarts(), dict(self.services.caused)
         result = FaultResult(name, parts, datetime.now(UTC).isoformat(), [])
         outcomes = await asyncio.gather(
             *(FAULTS[p].inject(self) for p in parts), return_exceptions=True
@@ -502,37 +488,47 @@ class Phase:
             self.say(f"    {line}")
         healed = time.monotonic()
         ends = await self._end_offsets_retrying()
-        api, sink, sim, docker = await asyncio.gather(
-            self._timed(self._api_ok, healed),
+        names = list(self.services.specs)
+        timings = await asyncio.gather(
+            *(self._timed(self._ready_check(n), healed) for n in names),
             self._timed(lambda: self._sink_caught_up(ends), healed),
             self._timed_once(self._probe_job(docker=False), healed),
             self._timed_once(self._probe_job(docker=True), healed),
         )
-        result.recovery_s = {
-            "fault_s": round(healed - since, 2),
-            "api": api,
-            "sink_caught_up": sink,
-            "new_job_on_simulated_node_ended": sim,
-            "new_job_on_docker_agent_ended": docker,
+        result.recovery_s = {"fault_s": round(healed - since, 2)}
+        result.recovery_s.update({f"{n}_ready": t for n, t in zip(names, timings, strict=False)})
+        sink, sim, docker = timings[len(names) :]
+        result.recovery_s["sink_caught_up"] = sink
+        result.recovery_s["new_job_on_simulated_node_ended"] = sim
+        result.recovery_s["new_job_on_docker_agent_ended"] = docker
+        after = self.services.restarts()
+        result.restarts = {
+            n: after[n] - restarts_before.get(n, 0)
+            for n in after
+            if after[n] > restarts_before.get(n, 0)
         }
-        for e in self.supervisor.exits:
-            if e.at >= since and e.restarted_at is not None:
-                result.recovery_s[f"{e.name}_restarted"] = round(e.restarted_at - e.at, 2)
-        result.restarts = self.supervisor.restarts(since)
-        result.unexpected_exits = [
-            f"{e.name} (code {e.code})" for e in self.supervisor.unexpected_exits(since)
-        ]
+        for n, count in result.restarts.items():
+            caused = self.services.caused[n] - caused_before.get(n, 0)
+            if count > caused:
+                result.unexpected_exits.append(f"{n} ({count - caused} crash(es))")
         verdict = await self._check(settle_s=SETTLE_S)
         result.check = verdict.summary()
         if self.config.verify_after_each:
             result.verify = await self._verify()
         self.say(
             f"    recovered: {_fmt(result.recovery_s)}; restarts {result.restarts or 'none'}; "
+            f"crashed on their own: {result.unexpected_exits or 'none'}; "
             f"invariants {'ok' if verdict.ok else 'VIOLATED'}"
         )
         for finding in verdict.findings[:5]:
             self.say(f"      {finding.line()}")
         return result
+
+    def _ready_check(self, name: str) -> Callable[[], Any]:
+        async def ready() -> bool:
+            return await asyncio.to_thread(self.services.ready, name)
+
+        return ready
 
     async def _end_offsets_retrying(self) -> dict[TopicPartition, int]:
         deadline = time.monotonic() + RECOVERY_TIMEOUT_S

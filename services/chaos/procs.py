@@ -1,199 +1,105 @@
-"""The chaos harness's own supervisor: start services, restart what dies, remember when.
+"""The chaos harness's view of the services: ops' supervisor, plus what a fault needs.
 
-Each service is a real process in its own process group (so a signal reaches
-it and its children), with its output appended to ``<log_dir>/<name>.log``.
-:meth:`Supervisor.tick` restarts a process that exited, with a capped
-exponential backoff, and records every exit and restart: the report says which
-services died under a fault and how long they took to come back.
+Every service runs under :class:`services.ops.supervisor.Supervisor`, which
+restarts a crashed one with backoff, exactly as ``gridledger run`` does. The
+harness adds the bookkeeping a fault report needs: which exits it caused on
+purpose (so an exit it did not cause is reported as a crash), signals other
+than SIGKILL (SIGSTOP/SIGCONT), and restarting one service with a changed
+environment (a shifted clock through libfaketime).
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import signal
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections import Counter
+from dataclasses import replace
 
-BACKOFF_S = (0.5, 1.0, 2.0, 4.0)
-"""Wait before the n-th consecutive restart (the last value repeats)."""
-STABLE_S = 20.0
-"""A process that ran this long resets its backoff."""
+from infra.services import ServiceSpec
+from services.ops.fleet import RestartPolicy
+from services.ops.supervisor import Supervisor
+from services.settings import Settings
 
-
-@dataclass
-class Exit:
-    name: str
-    at: float
-    """time.monotonic() of the moment the supervisor saw the exit."""
-    code: int | None
-    restarted_at: float | None = None
-    expected: bool = False
-    """True when the harness killed it on purpose (a fault)."""
+POLICY = RestartPolicy(initial_backoff_s=0.5, max_backoff_s=5.0, stable_after_s=20.0)
 
 
-@dataclass
-class Proc:
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    log_path: Path
-    wrapper: list[str] = field(default_factory=list)
-    """Prepended to ``argv`` (``faketime -f +120s``, ``ip netns exec ...``)."""
-    popen: subprocess.Popen[bytes] | None = None
-    started_at: float = 0.0
-    failures: int = 0
-    hold: bool = False
-    """Not restarted while set (a fault keeps it down on purpose)."""
-    pending_exit: Exit | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self.popen.pid if self.popen is not None else None
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
+def libfaketime() -> str | None:
+    """Path of Debian's libfaketime (package ``faketime``), or None."""
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
+    return found[0] if found else None
 
 
-class Supervisor:
-    """Runs named processes; ``tick()`` often (it is cheap) to restart the dead ones."""
+class Services:
+    """Named services under the supervisor; counts the exits the harness caused."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
-        self.env = env
-        self.log_dir = log_dir
-        self.procs: dict[str, Proc] = {}
-        self.exits: list[Exit] = []
-        self._expected: set[str] = set()
+    def __init__(self, settings: Settings, log_dir: os.PathLike[str] | str) -> None:
+        from pathlib import Path
 
-    def gridledger(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Proc:
-        """Start ``gridledger ARGS`` (this interpreter's CLI) under ``name``."""
-        return self.add(name, [sys.executable, "-m", "services.cli.main", *args], env)
+        self.supervisor = Supervisor(settings, Path(log_dir), policy=POLICY)
+        self.specs: dict[str, ServiceSpec] = {}
+        self.caused: Counter[str] = Counter()
+        """Exits the harness caused on purpose, per service."""
 
-    def python(
-        self, name: str, module: str, args: list[str], env: dict[str, str] | None = None
-    ) -> Proc:
-        return self.add(name, [sys.executable, "-m", module, *args], env)
+    def start(self, spec: ServiceSpec) -> None:
+        self.specs[spec.name] = spec
+        self.supervisor.start(spec)
 
-    def add(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        proc = Proc(name, argv, {**self.env, **(env or {})}, self.log_dir / f"{name}.log")
-        self.procs[name] = proc
-        self._spawn(proc)
-        return proc
+    def pid(self, name: str) -> int | None:
+        return self.supervisor.children[name].pid
 
-    def _spawn(self, proc: Proc) -> None:
-        with proc.log_path.open("ab") as log:
-            log.write(f"\n=== chaos: starting {' '.join(proc.wrapper + proc.argv)}\n".encode())
-            log.flush()
-            proc.popen = subprocess.Popen(
-                [*proc.wrapper, *proc.argv],
-                env={**proc.env, "PYTHONUNBUFFERED": "1"},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        proc.started_at = time.monotonic()
-
-    def signal(self, name: str, sig: int) -> int:
-        """Send ``sig`` to the process group of ``name``; its pid."""
-        proc = self.procs[name]
-        if proc.popen is None:
-            raise RuntimeError(f"{name} was never started")
-        if sig in (signal.SIGKILL, signal.SIGTERM):
-            self._expected.add(name)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.popen.pid, sig)
-        return proc.popen.pid
+    def restarts(self) -> dict[str, int]:
+        return {name: c.restarts for name, c in self.supervisor.children.items()}
 
     def kill(self, name: str) -> int:
-        """SIGKILL ``name`` and its group, wait until it is gone; the supervisor restarts it."""
-        pid = self.signal(name, signal.SIGKILL)
-        proc = self.procs[name]
-        assert proc.popen is not None
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.popen.wait(timeout=30)
+        """SIGKILL ``name``'s process group and wait; the supervisor restarts it."""
+        pid = self.pid(name) or 0
+        self.caused[name] += 1
+        self.supervisor.kill(name, signal.SIGKILL, restart=True)
         return pid
 
-    def restart_with(
-        self, name: str, wrapper: list[str], env: dict[str, str] | None = None
-    ) -> None:
-        """Stop ``name`` (SIGTERM, then SIGKILL) and start it again under ``wrapper``."""
-        proc = self.procs[name]
-        proc.hold = True
-        self._terminate(proc)
-        proc.wrapper = list(wrapper)
-        proc.env = {**proc.env, **(env or {})}
-        proc.hold = False
-        proc.failures = 0
-        self._spawn(proc)
-
-    def tick(self) -> list[Exit]:
-        """Restart what exited (after its backoff); the exits seen by this call."""
-        now = time.monotonic()
-        seen = []
-        for proc in self.procs.values():
-            if proc.popen is None or proc.hold:
-                continue
-            code = proc.popen.poll()
-            if code is None:
-                if proc.failures and now - proc.started_at > STABLE_S:
-                    proc.failures = 0
-                continue
-            if proc.pending_exit is None:
-                proc.pending_exit = Exit(proc.name, now, code, expected=proc.name in self._expected)
-                self._expected.discard(proc.name)
-                self.exits.append(proc.pending_exit)
-                seen.append(proc.pending_exit)
-            wait = BACKOFF_S[min(proc.failures, len(BACKOFF_S) - 1)]
-            if now - proc.pending_exit.at >= wait:
-                proc.failures += 1
-                self._spawn(proc)
-                proc.pending_exit.restarted_at = proc.started_at
-                proc.pending_exit = None
-        return seen
-
-    def restarts(self, since: float = 0.0) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for e in self.exits:
-            if e.at >= since:
-                counts[e.name] = counts.get(e.name, 0) + 1
-        return counts
-
-    def unexpected_exits(self, since: float = 0.0) -> list[Exit]:
-        return [e for e in self.exits if e.at >= since and not e.expected]
-
-    def _terminate(self, proc: Proc, grace_s: float = 10.0) -> None:
-        if proc.popen is None or proc.popen.poll() is not None:
-            return
+    def signal(self, name: str, sig: int) -> int:
+        """Send ``sig`` (SIGSTOP, SIGCONT) to ``name``'s process group; its pid."""
+        pid = self.pid(name) or 0
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.popen.pid, signal.SIGCONT)  # a stopped process cannot exit
-            os.killpg(proc.popen.pid, signal.SIGTERM)
-        try:
-            proc.popen.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.popen.pid, signal.SIGKILL)
-            proc.popen.wait(timeout=30)
+            os.killpg(pid, sig)
+        return pid
 
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            proc.hold = True
-        for proc in self.procs.values():
-            if proc.popen is not None and proc.popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.popen.pid, signal.SIGCONT)
-                    os.killpg(proc.popen.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for proc in self.procs.values():
-            if proc.popen is None:
-                continue
-            try:
-                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.popen.pid, signal.SIGKILL)
-                proc.popen.wait(timeout=30)
+    def restart_with(self, name: str, env: dict[str, str]) -> None:
+        """Stop ``name`` (SIGKILL: its containers stay) and start it with ``env`` on top."""
+        self.supervisor.kill(name, signal.SIGKILL, restart=False)
+        base = self.specs[name]
+        self.supervisor.start(replace(base, env={**base.env, **env}))
+
+    def restore(self, name: str) -> None:
+        """Stop ``name`` and start it again with its original environment."""
+        self.supervisor.kill(name, signal.SIGKILL, restart=False)
+        self.supervisor.start(self.specs[name])
+
+    def ready(self, name: str) -> bool:
+        """``/readyz`` of the service says ready (its dependencies answer)."""
+        if not self.supervisor.children[name].ops_port:
+            return self.supervisor.children[name].alive()
+        body = self.supervisor.readiness(name, timeout_s=2.0)
+        return bool(body and body.get("ready"))
+
+    def has_ops(self, name: str) -> bool:
+        return bool(self.supervisor.children[name].ops_port)
+
+    def stop(self) -> None:
+        for name in self.supervisor.children:
+            self.signal(name, signal.SIGCONT)  # a stopped process cannot exit
+        self.supervisor.stop()
+
+
+def wait_alive(services: Services, name: str, old_pid: int, timeout: float = 60.0) -> float | None:
+    """Seconds until ``name`` runs again under a new pid, or None."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        child = services.supervisor.children[name]
+        if child.alive() and child.pid != old_pid:
+            return time.monotonic() - began
+        time.sleep(0.1)
+    return None

@@ -77,4 +77,18 @@ def chaos(
     return 0 if result["totals"]["ok"] else 1
 
 
-COMMANDS = (chaos,)
+@click.command(
+    "chaos-simagents",
+    hidden=True,
+    context_settings={"ignore_unknown_options": True},
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def chaos_simagents(args: tuple[str, ...]) -> int:
+    """The chaos suite's simulated agents as a supervised service (services.chaos.simagents)."""
+    from services.chaos.simagents import main
+
+    return main(list(args))
+
+
+COMMANDS = (chaos, chaos_simagents)
