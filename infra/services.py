@@ -45,6 +45,8 @@ class ServiceSpec:
     ``ops_port``: ``"auto"`` gives it a free port for its ops server (``/healthz``,
     ``/readyz``, ``/metrics``; passed as ``GRIDLEDGER_OPS_PORT``), 0 none, or a number.
     ``restart``: whether the supervisor restarts it when it crashes.
+    ``wrapper``: a command the service runs under (``ip netns exec NS`` for the
+    chaos suite's partitioned agent); empty for none.
     """
 
     name: str
@@ -52,6 +54,7 @@ class ServiceSpec:
     env: dict[str, str] = field(default_factory=dict)
     ops_port: int | str = "auto"
     restart: bool = True
+    wrapper: list[str] = field(default_factory=list)
 
 
 def tail(path: Path, lines: int = 30) -> str:

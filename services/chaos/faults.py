@@ -162,6 +162,23 @@ async def disk_full(run: Phase) -> str:
     )
 
 
+async def partition_agent(run: Phase) -> str:
+    ns = run.netns
+    if ns is None:
+        return "skipped: no network namespace"
+    name = run.docker_agents[0]
+    pause = run.outage_s
+    await asyncio.to_thread(ns.partition)
+    try:
+        await asyncio.sleep(pause)
+    finally:
+        await asyncio.to_thread(ns.heal)
+    return (
+        f"{name} (in network namespace {ns.name}) cut off from the broker for {pause:.0f} s "
+        f"(veth {ns.host_if} down: packets dropped), then healed"
+    )
+
+
 FAULTS: dict[str, Fault] = {
     f.name: f
     for f in (
@@ -186,6 +203,12 @@ FAULTS: dict[str, Fault] = {
             "clock-behind", "an agent's clock 120 s behind", _clock("-120s"), needs=("faketime",)
         ),
         Fault("disk-full", "the agent's spool filesystem full", disk_full, needs=("root",)),
+        Fault(
+            "partition-agent",
+            "an agent cut off from the broker (its own network namespace)",
+            partition_agent,
+            needs=("root",),
+        ),
     )
 }
 

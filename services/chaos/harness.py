@@ -43,6 +43,8 @@ from schemas.views import TERMINAL_STATUSES
 from services.chaos import collect
 from services.chaos.faults import FAULTS, members, missing_need, runs_on
 from services.chaos.invariants import Acks, Timings, Verdict, check
+from services.chaos.netns import Namespace, serve_forward
+from services.chaos.netns import available as netns_available
 from services.chaos.procs import Services
 from services.chaos.workload import DOCKER_MODEL, SIM_MODEL, Planned, Workload, plan
 from services.ledger import Ledger
@@ -128,6 +130,7 @@ FULL = (
             "clock-ahead",
             "clock-behind",
             "disk-full",
+            "partition-agent",
             "overlap-services",
             "overlap-postgres-agent",
             "overlap-broker-processors",
@@ -189,6 +192,9 @@ class Phase:
         self.docker_agents = ["agent-d1", "agent-d2"]
         self.node_ids = {name: f"chaos-{self.run_id}-{name[-2:]}" for name in self.docker_agents}
         self.spool_mount: Path | None = None
+        self.netns: Namespace | None = None
+        self._forwarders: list[subprocess.Popen[bytes]] = []
+        self._relays: list[asyncio.Server] = []
         self.services = Services(self.settings, self.home / "logs" / "services")
         self.sim_acks_file = self.home / "simagents.acks"
         self.workload: Workload | None = None
@@ -213,6 +219,7 @@ class Phase:
             f"({time.monotonic() - began:.0f} s)"
         )
         self._mount_spool()
+        wrapper = await self._make_netns()
         start = self.services.start
         start(ServiceSpec("sink", ["sink"], TIMINGS_ENV))
         port = str(self.settings.api_port)
@@ -228,7 +235,12 @@ class Phase:
             inventory.write_text(json.dumps({"gpus": gpus}))
             args = ["agent", "--node-id", self.node_ids[name], "--provider", f"chaos-{name}",
                     "--region", "local", "--inventory", str(inventory)]  # fmt: skip
-            start(ServiceSpec(name, args, {**TIMINGS_ENV, **AGENT_ENV}))
+            env = {**TIMINGS_ENV, **AGENT_ENV}
+            if name == self.docker_agents[0] and wrapper:
+                # Inside the namespace its ops port is not reachable from here: none.
+                start(ServiceSpec(name, args, env, ops_port=0, wrapper=wrapper))
+            else:
+                start(ServiceSpec(name, args, env))
         sim_args = ["chaos-simagents", "--nodes", str(self.config.sim_nodes),
                     "--gpus-per-node", str(self.config.sim_gpus), "--gpu-model", SIM_MODEL,
                     "--prefix", f"sim-{self.run_id}", "--acks", str(self.sim_acks_file),
@@ -259,6 +271,39 @@ class Phase:
         else:
             self.skipped["disk-full"] = f"mount tmpfs failed: {mounted.stderr.strip()}"
 
+    async def _make_netns(self) -> list[str]:
+        """The first agent's own network namespace, for the partition fault; its wrapper."""
+        if "partition-agent" not in {m for f in self.config.faults for m in members(f)}:
+            return []
+        why = await asyncio.to_thread(netns_available)
+        if why:
+            self.skipped["partition-agent"] = why
+            return []
+        ns = Namespace(self.run_id, int(self.run_id[:2], 16) % 200 + 10)
+        await asyncio.to_thread(ns.create)
+        self.netns = ns
+        for n in kafka.cluster_nodes(self.settings):
+            relay = await serve_forward((ns.host_ip, n.port), (n.host, n.port))
+            self._relays.append(relay)
+            log = (self.home / "logs" / f"forward-{n.port}.log").open("ab")
+            self._forwarders.append(
+                subprocess.Popen(
+                    [
+                        *ns.wrapper(),
+                        sys.executable,
+                        "-m",
+                        "services.chaos.netns",
+                        "forward",
+                        f"127.0.0.1:{n.port}",
+                        f"{ns.host_ip}:{n.port}",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )  # fmt: skip
+            )
+        return ns.wrapper()
+
     async def restart_postgres(self) -> None:
         await self._retrying(lambda: postgres.up(self.settings, timeout=60), "Postgres")
 
@@ -283,6 +328,14 @@ class Phase:
 
     async def stop(self) -> None:
         await asyncio.to_thread(self.services.stop)
+        for forwarder in self._forwarders:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(forwarder.pid, 9)
+            forwarder.wait(timeout=10)
+        for relay in self._relays:
+            relay.close()
+        if self.netns is not None:
+            await asyncio.to_thread(self.netns.delete)
         if self._http is not None:
             await self._http.close()
         for node_id in self.node_ids.values():

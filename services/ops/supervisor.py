@@ -139,7 +139,7 @@ class Supervisor:
         }
         with child.log_path.open("ab") as out:
             child.process = subprocess.Popen(
-                [sys.executable, "-m", "services.cli.main", *child.spec.args],
+                [*child.spec.wrapper, sys.executable, "-m", "services.cli.main", *child.spec.args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
