@@ -112,7 +112,7 @@ async def kill_leader(run: Phase) -> str:
 
 async def pause_agent(run: Phase) -> str:
     name = run.docker_agents[0]
-    pause = run.timings.watchdog_silence_s + run.timings.watchdog_lost_after_s + 5
+    pause = run.timings.thresholds.silence_s + run.timings.thresholds.lost_after_s + 5
     pid = run.services.signal(name, signal.SIGSTOP)
     try:
         await asyncio.sleep(pause)

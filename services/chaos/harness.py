@@ -39,6 +39,7 @@ from aiokafka import TopicPartition
 from infra import kafka, postgres, processes, stack, tokens
 from infra.private import link_jars, new_home, private_settings
 from infra.services import ServiceSpec, settings_env
+from projections.bounds import Thresholds
 from schemas.views import TERMINAL_STATUSES
 from services.chaos import collect
 from services.chaos.faults import FAULTS, members, missing_need, runs_on
@@ -71,10 +72,12 @@ AGENT_ENV = {
     "GRIDLEDGER_AGENT_SHUTDOWN_POLICY": "detach",
 }
 TIMINGS = Timings(
-    dispatch_timeout_s=30,
-    watchdog_silence_s=5,
-    watchdog_lost_after_s=5,
-    watchdog_finishing_timeout_s=60,
+    Thresholds(
+        dispatch_timeout_s=float(TIMINGS_ENV["GRIDLEDGER_SCHEDULER_DISPATCH_TIMEOUT_S"]),
+        silence_s=float(TIMINGS_ENV["GRIDLEDGER_WATCHDOG_SILENCE_S"]),
+        lost_after_s=float(TIMINGS_ENV["GRIDLEDGER_WATCHDOG_LOST_AFTER_S"]),
+        finishing_timeout_s=float(TIMINGS_ENV["GRIDLEDGER_WATCHDOG_FINISHING_TIMEOUT_S"]),
+    ),
     slack_s=120,
 )
 SPOOL_MIB = 32
@@ -617,7 +620,7 @@ class Phase:
         self.say(f"[{self.config.name}] submissions done; waiting for {len(jobs)} jobs to end")
         drain_began = time.monotonic()
         deadline = drain_began + max(
-            RECOVERY_TIMEOUT_S, TIMINGS.dispatch_timeout_s + 120 + TIMINGS.slack_s
+            RECOVERY_TIMEOUT_S, TIMINGS.thresholds.dispatch_timeout_s + 120 + TIMINGS.slack_s
         )
         while time.monotonic() < deadline:
             if await self._all_terminal(jobs):

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from projections.bounds import Thresholds
+from projections.bounds import terminal_bound_s as platform_bound_s
 from schemas.events import TERMINAL_EVENTS, Event, JobSubmitted, MeterTick
 from schemas.spec import JobSpec
 from schemas.views import AccountingRecord
@@ -55,37 +57,22 @@ DOUBLE_BILLING = frozenset({"tick_counted_twice", "unbalanced"})
 
 @dataclass(frozen=True)
 class Timings:
-    """The deadlines of the running installation that bound a job's life."""
+    """The deadlines of the running installation, and the slack the harness allows."""
 
-    dispatch_timeout_s: float
-    watchdog_silence_s: float
-    watchdog_lost_after_s: float
-    watchdog_finishing_timeout_s: float
+    thresholds: Thresholds
     slack_s: float = 60.0
-    """Processing delay allowed on top of the deadlines (a loaded machine, a restart)."""
+    """On top of the platform's bound: time no deadline keeper could act on, which
+    the bound leaves out by design (a processors worker being restarted, a broker
+    outage during which nobody can append the verdict)."""
 
 
 def terminal_bound_s(spec: JobSpec, timings: Timings) -> float:
     """Longest a job may take from submission to its terminal event.
 
-    The queue deadline, then per attempt: the dispatch timeout, the runtime
-    limit, the silence and lost-contact deadlines and the finishing deadline;
-    the backoff (capped) between attempts; and a slack for processing.
+    The platform's own bound (:func:`projections.bounds.terminal_bound_s`, the
+    same formula the lifecycle documents) plus the harness's slack.
     """
-    per_attempt = (
-        timings.dispatch_timeout_s
-        + spec.limits.max_runtime_s
-        + timings.watchdog_silence_s
-        + timings.watchdog_lost_after_s
-        + timings.watchdog_finishing_timeout_s
-    )
-    attempts = spec.retry.max_attempts
-    return (
-        spec.limits.queue_timeout_s
-        + attempts * per_attempt
-        + (attempts - 1) * spec.retry.backoff_cap_s
-        + timings.slack_s
-    )
+    return platform_bound_s(spec, timings.thresholds) + timings.slack_s
 
 
 @dataclass

@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 
 from projections.accounting import account
+from projections.bounds import Thresholds
 from schemas.events import JobFailed, JobSubmitted, MeterTick
 from services.chaos.invariants import (
     INVARIANTS,
@@ -24,9 +25,9 @@ from services.chaos.invariants import (
 from tests.golden.golden import HERE, load
 
 TIMINGS = Timings(
-    dispatch_timeout_s=30, watchdog_silence_s=3, watchdog_lost_after_s=4,
-    watchdog_finishing_timeout_s=60, slack_s=30,
-)  # fmt: skip
+    Thresholds(dispatch_timeout_s=30, silence_s=3, lost_after_s=4, finishing_timeout_s=60),
+    slack_s=30,
+)
 FIXTURES = ("success", "node_lost_then_resume", "cuda_oom", "cancel_while_running")
 
 
