@@ -285,25 +285,20 @@ class Phase:
         ns = Namespace(self.run_id, int(self.run_id[:2], 16) % 200 + 10)
         await asyncio.to_thread(ns.create)
         self.netns = ns
-        for n in kafka.cluster_nodes(self.settings):
-            relay = await serve_forward((ns.host_ip, n.port), (n.host, n.port))
+        # Every broker, and the object store the agent uploads artifacts to.
+        ports = [n.port for n in kafka.cluster_nodes(self.settings)] + [self.settings.s3_port]
+        for port in ports:
+            relay = await serve_forward((ns.host_ip, port), ("127.0.0.1", port))
             self._relays.append(relay)
-            log = (self.home / "logs" / f"forward-{n.port}.log").open("ab")
+            log = (self.home / "logs" / f"forward-{port}.log").open("ab")
+            forward = ["forward", f"127.0.0.1:{port}", f"{ns.host_ip}:{port}"]
             self._forwarders.append(
                 subprocess.Popen(
-                    [
-                        *ns.wrapper(),
-                        sys.executable,
-                        "-m",
-                        "services.chaos.netns",
-                        "forward",
-                        f"127.0.0.1:{n.port}",
-                        f"{ns.host_ip}:{n.port}",
-                    ],
+                    [*ns.wrapper(), sys.executable, "-m", "services.chaos.netns", *forward],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                )  # fmt: skip
+                )
             )
         return ns.wrapper()
 
@@ -519,6 +514,7 @@ class Phase:
             },
             "faults": [r.to_json() for r in self.results],
             "skipped": self.skipped,
+            "no_ops_endpoint": sorted(self.services.no_ops),
             "final": final,
         }
 

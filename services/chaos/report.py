@@ -118,6 +118,11 @@ def lines(report: dict[str, Any]) -> list[str]:
                     f"    {'':<26} exited on their own (not killed by the harness): "
                     f"{', '.join(fault['unexpected_exits'])}"
                 )
+        if phase.get("no_ops_endpoint"):
+            out.append(
+                f"    no /readyz answered by {', '.join(phase['no_ops_endpoint'])}: their "
+                "readiness is taken as 'process running'"
+            )
         for name, why in phase["skipped"].items():
             out.append(f"    {name:<26} SKIPPED: {why}")
     for why in t["problems"]:

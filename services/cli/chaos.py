@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import signal
 from pathlib import Path
 
 import click
@@ -69,12 +70,18 @@ def chaos(
         phases = tuple(dataclasses.replace(p, jobs=jobs) for p in phases)
     settings = load_settings()
     say = (lambda line: None) if out.machine else click.echo
+    # A SIGTERM unwinds like Ctrl-C, so the private stacks and services are stopped.
+    signal.signal(signal.SIGTERM, _interrupted)
     result = asyncio.run(run_suite(settings, phases, say))
     path = report_path or settings.home / "chaos" / f"report-{'quick' if quick else 'full'}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     out.emit(result, lambda data: "\n".join([*report_module.lines(data), f"report: {path}"]))
     return 0 if result["totals"]["ok"] else 1
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @click.command(
