@@ -737,12 +737,13 @@ def build_app(
     tokens = auth.Tokens(settings.tokens_path)
     endpoints = ops or api_endpoints(settings, pool)
     operations = (*OPERATIONS, *ops_operations(endpoints))
+    problem_answers = errors.middleware(settings, pool)
     app = web.Application(
         # Metrics outermost (they see every answer's status), then problem+json for any
         # failure, auth included.
         middlewares=[
             request_metrics,
-            errors.middleware(settings, pool),
+            problem_answers.middleware,
             auth.middleware(tokens, public_paths(operations)),
         ],
         client_max_size=settings.api_max_body_bytes,
@@ -761,4 +762,5 @@ def build_app(
         await close_checks(endpoints.checks)
 
     app.on_cleanup.append(close_checks_on_cleanup)
+    app.on_cleanup.append(problem_answers.on_cleanup)  # the Postgres probe, if one runs
     return app

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -87,7 +88,15 @@ def read_models_unavailable(settings: Settings, exc: BaseException) -> web.Respo
     )
 
 
-def middleware(settings: Settings, pool: asyncpg.Pool) -> Any:
+@dataclass(frozen=True)
+class ProblemAnswers:
+    """The middleware and what must run at the app's cleanup (the Postgres probe's end)."""
+
+    middleware: Any
+    on_cleanup: Callable[[web.Application], Awaitable[None]]
+
+
+def middleware(settings: Settings, pool: asyncpg.Pool) -> ProblemAnswers:
     """Turns every failure of a handler (or of a later middleware) into a problem document.
 
     An outage is logged as the process's :class:`~services.backoff.Outage` of that
@@ -144,4 +153,9 @@ def middleware(settings: Settings, pool: asyncpg.Pool) -> Any:
                 correlation_id=correlation_id,
             )
 
-    return problems
+    async def stop_probe(app: web.Application) -> None:
+        for task in list(probe):
+            task.cancel()
+        await asyncio.gather(*probe, return_exceptions=True)
+
+    return ProblemAnswers(problems, stop_probe)
