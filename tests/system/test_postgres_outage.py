@@ -2,9 +2,10 @@
 
 sink, api, scheduler, processors and one Docker agent run as real processes on a
 private stack. Postgres's postmaster is killed while a job runs; a submission
-during the outage is accepted (the ledger does not need Postgres); after the
-restart the sink catches up by itself and every job shows its true status, and
-``replay --verify`` finds the tables equal to the ledger.
+during the outage is accepted (the ledger does not need Postgres), even by an
+API restarted in the middle of the outage; after the restart the sink catches
+up by itself, every job shows its true status, and ``replay --verify`` finds the
+tables equal to the ledger.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterator, Mapping
 import pytest
 
 from infra.services import LOCAL_AGENT_ENV, ServiceSpec
-from tests.system.outage_stack import SPEC_OK, PrivateStack, write_inventory
+from tests.system.outage_stack import SPEC_OK, PrivateStack, Reply, write_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -86,8 +87,23 @@ def test_a_postgres_kill_and_restart_loses_nothing_and_stops_no_service(
     )
     stack.services.check_alive()  # the sink (and everyone else) rides it out
 
+    # An API (re)started in the middle of the outage takes submissions too: it needs
+    # only the broker to serve.
+    stack.services.kill("api")
+    stack.services.start(ServiceSpec("api", ["api"]))
+
+    def accepted_by_the_new_api() -> Reply | None:
+        try:
+            reply = stack.call("POST", "/v1/jobs", SPEC_OK)
+        except OSError:
+            return None  # not listening yet
+        assert reply.status == 202, reply.body
+        return reply
+
+    restarted = stack.wait(accepted_by_the_new_api, 120, "the restarted API to accept a job")
+
     stack.start_postgres()
-    for job_id in (spanning, during.body["job_id"]):
+    for job_id in (spanning, during.body["job_id"], restarted.body["job_id"]):
         stack.wait(
             lambda job_id=job_id: stack.status_of(job_id) == "succeeded",  # type: ignore[misc]
             240,
