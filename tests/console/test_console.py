@@ -33,6 +33,7 @@ from services.demo.run import Demo
 from services.demo.scenarios import BUSYBOX, JOBS, NODE_LOST
 from services.settings import Settings, load_settings
 from tests.console import browser
+from tests.own_home import with_own_home
 
 pytestmark = pytest.mark.integration
 
@@ -118,17 +119,12 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     if why:
         pytest.skip(why)
     tag = uuid.uuid4().hex[:8]
-    stack = load_settings()
-    # Its own home, so its agents' journals and spools are its own (other runs on this machine
-    # use the same node ids); the broker, Postgres and the tokens are the shared stack's.
-    settings = stack.model_copy(
-        update={
-            "home": tmp_path_factory.mktemp("console-home"),
-            "tokens_file": stack.tokens_path,
-            "topic_prefix": f"console-{tag}.",
-            "pg_schema": f"console_{tag}",
-            "api_port": _free_port(),
-        }
+    settings = with_own_home(
+        load_settings(),
+        tmp_path_factory.mktemp("console-home"),
+        topic_prefix=f"console-{tag}.",
+        pg_schema=f"console_{tag}",
+        api_port=_free_port(),
     )
     shots = Path(os.environ.get("GRIDLEDGER_SCREENSHOTS") or tmp_path_factory.mktemp("screens"))
     shots.mkdir(parents=True, exist_ok=True)

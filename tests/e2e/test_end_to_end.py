@@ -24,6 +24,7 @@ from infra.topics import delete_topics, ensure_topics
 from services.demo.run import Demo, DemoResult, table
 from services.demo.scenarios import ALL_JOBS, NODE_LOST, DemoJob
 from services.settings import Settings, load_settings
+from tests.own_home import with_own_home
 
 pytestmark = pytest.mark.integration
 
@@ -58,10 +59,14 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run() -> Iterator[Run]:
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tag = uuid.uuid4().hex[:8]
-    settings = load_settings(
-        topic_prefix=f"e2e-{tag}.", pg_schema=f"e2e_{tag}", api_port=_free_port()
+    settings = with_own_home(
+        load_settings(),
+        tmp_path_factory.mktemp("e2e-home"),
+        topic_prefix=f"e2e-{tag}.",
+        pg_schema=f"e2e_{tag}",
+        api_port=_free_port(),
     )
     asyncio.run(ensure_topics(settings))
     demo = Demo(settings, say=lambda line: print(line, flush=True), timeout_s=240)
