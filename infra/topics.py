@@ -22,6 +22,9 @@ from services.settings import COMPACTED_TOPICS, NODE_KEYED_TOPICS, TOPIC_NAMES, 
 TOPIC_ALREADY_EXISTS = 36
 UNKNOWN_TOPIC_OR_PARTITION = 3
 DEAD_LETTER = "dead-letter"
+BROKER_TIMED = frozenset({"heartbeats", "job-events"})
+"""Topics whose records carry the broker's append time, not the producer's clock: the
+watchdog judges an agent's silence by when the platform heard it (docs/watchdog.md)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         if settings.replication_factor > 1:
             # Per topic as well as the broker default: a topic keeps it on any cluster.
             configs["min.insync.replicas"] = str(settings.min_insync_replicas)
+        if suffix in BROKER_TIMED:
+            configs["message.timestamp.type"] = "LogAppendTime"
         specs.append(TopicSpec(settings.topic(suffix), partitions, configs))
     return specs
 

@@ -100,6 +100,13 @@ class Settings(BaseSettings):
         300.0, gt=0, description="time from ProcessExited to ComputeReleased before giving up"
     )
     watchdog_tick_s: float = Field(0.5, gt=0, description="deadline check period")
+    watchdog_lag_threshold_s: float = Field(
+        5.0,
+        gt=0,
+        description="the watchdog is deaf (counts no silence, gives no verdict) while the "
+        "heartbeats it has processed trail what the broker holds by more than this, or it "
+        "cannot reach the broker",
+    )
     processors_session_timeout_s: float = Field(
         30.0,
         ge=6,

@@ -31,17 +31,20 @@ import asyncio
 import logging
 import re
 import socket
+from collections import deque
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 import faust
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
 
 from schemas.events import Event
 from services.ledger import Ledger
 from services.ledger.client import partition_for
 from services.processors import watchdog
-from services.processors.step import Batch, Step, utcnow
+from services.processors.step import Batch, Step, broker_transient, utcnow
 from services.processors.store import JobStore
 from services.settings import Settings
 
@@ -51,6 +54,9 @@ PROCESSORS = ("dispatch", "state", "watchdog", "classifier", "accounting")
 
 BATCH_MAX = 1000
 """Records the agent takes at once; their side effects are awaited together."""
+PROBE_TIMEOUT_MS = 2000
+"""How long the watchdog's probe of the heartbeat end offsets may take: a broker that
+does not answer within it counts as unreachable (the watchdog is deaf)."""
 BATCH_WITHIN_S = 0.02
 """How long the agent waits to fill a batch (added latency at low traffic)."""
 
@@ -91,6 +97,15 @@ class Processors:
         self.step = Step(
             settings, self.ledger, self.store, chosen, f"processors/{'+'.join(chosen)}"
         )
+        self.hearing = watchdog.Hearing(
+            # At most half the silence: a lag that long must never pass for silence.
+            lag_threshold_s=min(settings.watchdog_lag_threshold_s, settings.watchdog_silence_s / 2)
+        )
+        """When this worker's watchdog could hear heartbeats (see :meth:`_probe`)."""
+        self._probes: deque[tuple[datetime, dict[int, int]]] = deque(maxlen=1024)
+        """(probe time, heartbeats partition -> end offset) not yet known to be processed."""
+        self._heard_through: datetime | None = None
+        self._probe_consumer: AIOKafkaConsumer | None = None
         self.thresholds = watchdog.Thresholds(
             silence_s=settings.watchdog_silence_s,
             lost_after_s=settings.watchdog_lost_after_s,
@@ -187,25 +202,98 @@ class Processors:
     async def _watchdog_tick(self) -> None:
         if self.crashed.is_set():
             return
+        now = utcnow()
         try:
-            await self._watchdog_check(utcnow())
+            await self._hear(now)
+            await self._watchdog_check(now)
         except Exception as exc:
+            if broker_transient(exc):
+                # The broker went away mid-check: this tick decides nothing, the next one
+                # tries again (the probe has already made the watchdog deaf meanwhile).
+                self.step.outage.down(exc)
+                return
             log.exception("watchdog check failed; stopping this worker")
             self.error = exc
             self.crashed.set()
 
+    async def _hear(self, now: datetime) -> None:
+        """Probe what the broker holds on the watchdog's heartbeat partitions and fold the
+        answer into :attr:`hearing`, logging once when it turns deaf and once when not."""
+        was_deaf = self.hearing.is_deaf(now)
+        heard_through, why = await self._probe(now)
+        self.hearing = self.hearing.observe(heard_through)
+        if self.hearing.is_deaf(now) and not was_deaf:
+            log.warning(
+                "watchdog cannot hear heartbeats (%s); silence is not counted and no attempt "
+                "is declared unresponsive or lost until it can",
+                why
+                or f"processing trails the broker by more than {self.hearing.lag_threshold_s:g} s",
+            )
+        elif was_deaf and not self.hearing.is_deaf(now):
+            gap = self.hearing.deaf[-1] if self.hearing.deaf else (now, now)
+            log.warning(
+                "watchdog hears heartbeats again; %.1f s of deafness are not counted as silence",
+                (gap[1] - gap[0]).total_seconds(),
+            )
+
+    async def _probe(self, now: datetime) -> tuple[datetime | None, str]:
+        """(heard_through, why not): the latest probe time whose heartbeat end offsets
+        this worker has processed, and what stopped the probe ("" when it answered).
+
+        Receive progress, not the agents' clocks: a probe at ``t`` is heard once every
+        heartbeat the broker held at ``t`` on this worker's partitions is processed.
+        """
+        topic = self.settings.topic("heartbeats")
+        tps = sorted(
+            (tp for tp in self.app.consumer.assignment() if tp.topic == topic),
+            key=lambda tp: tp.partition,
+        )
+        if not tps:
+            # Nothing assigned: nothing to miss (and nothing of this worker's to watch).
+            self._probes.clear()
+            self._heard_through = now
+            return now, ""
+        why = ""
+        try:
+            if self._probe_consumer is None:
+                consumer = self.ledger.consumer(request_timeout_ms=PROBE_TIMEOUT_MS)
+                try:
+                    await asyncio.wait_for(consumer.start(), PROBE_TIMEOUT_MS / 1000)
+                except BaseException:
+                    await consumer.stop()
+                    raise
+                self._probe_consumer = consumer
+            ends = await asyncio.wait_for(
+                self._probe_consumer.end_offsets(tps), PROBE_TIMEOUT_MS / 1000
+            )
+            self._probes.append((now, {tp.partition: ends[tp] for tp in tps}))
+        except (KafkaError, TimeoutError, OSError) as exc:
+            why = f"Kafka at {self.settings.kafka_bootstrap} did not answer: {exc!r}"
+        processed = dict(self.step.heard_offsets)
+        for tp in tps:
+            if tp.partition not in processed:
+                position = await self.app.consumer.position(tp)
+                if position is not None:
+                    processed[tp.partition] = position
+        while self._probes and all(
+            processed.get(p, 0) >= end for p, end in self._probes[0][1].items()
+        ):
+            self._heard_through = self._probes.popleft()[0]
+        return self._heard_through, why
+
     async def _watchdog_check(self, now: datetime) -> None:
         topic = self.settings.topic("job-events")
-        for tp in self.app.consumer.assignment():
-            if tp.topic == topic:
-                await self.store.ensure(tp.partition, now)
+        assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == topic}
+        for partition in assigned:
+            await self.store.ensure(partition, now)
         partitions = self.settings.job_partitions
         # Refold a job's events only when they changed; a heartbeat only updates the watch.
         changed = self._dirty | self._beaten
         while self._dirty:
             job_id = self._dirty.pop()
             floor = self.store.loaded_at.get(partition_for(job_id, partitions))
-            base = watchdog.watch_of(self.store.log(job_id).events, None, floor)
+            job = self.store.log(job_id)
+            base = watchdog.watch_of(job.events, None, floor, job.heard)
             if base is None:
                 self._bases.pop(job_id, None)
             else:
@@ -213,15 +301,21 @@ class Processors:
         self._beaten.clear()
         for job_id in changed:
             base = self._bases.get(job_id)
-            beats = self.store.log(job_id).heartbeats
-            found = watchdog.with_heartbeat(base, beats.get(base.attempt) if base else None)
+            job = self.store.log(job_id)
+            beat = job.heartbeats.get(base.attempt) if base else None
+            found = watchdog.with_heartbeat(
+                base, beat, job.heard.get(beat.event_id) if beat else None
+            )
             if found is None:
                 self._watches.pop(job_id, None)
             else:
                 self._watches[job_id] = found
         batch = Batch()
+        hearing = self.hearing
         for job_id, watch in list(self._watches.items()):
-            due: list[Event] = watchdog.overdue(watch, now, self.thresholds)
+            if partition_for(job_id, partitions) not in assigned:
+                continue  # another worker watches it now
+            due: list[Event] = watchdog.overdue(watch, now, self.thresholds, hearing)
             if due:
                 self.step.append_new(job_id, due, batch)
         if batch.sends:
@@ -239,6 +333,9 @@ class Processors:
         if self._started:
             await self.app.stop()
             self._started = False
+        if self._probe_consumer is not None:
+            await self._probe_consumer.stop()
+            self._probe_consumer = None
         await self.ledger.stop()
 
     async def run_forever(self) -> None:

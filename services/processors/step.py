@@ -17,12 +17,13 @@ import asyncio
 import bisect
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, Protocol, TypeVar
 
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 from pydantic import BaseModel
 
 from projections.accounting import account
@@ -39,13 +40,16 @@ from schemas.events import (
     MeterTick,
 )
 from schemas.views import JobView
+from services.backoff import Backoff, Outage, retrying
 from services.ledger import Ledger
 from services.ops import metrics
 from services.processors import dispatch
-from services.processors.store import LOCAL, JobStore
+from services.processors.store import LOCAL, JobStore, heard_at
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class Record(Protocol):
@@ -78,6 +82,20 @@ class Batch:
 
 Handler = Callable[[str, int, Event, Batch], None]
 
+BROKER_BACKOFF = Backoff(initial_s=0.2, cap_s=5.0)
+"""Between tries of an append or a rebuild while the broker is away."""
+
+
+def broker_transient(exc: BaseException) -> bool:
+    """The broker is unreachable or not ready (restarting, electing leaders, the topic's
+    metadata not back yet): wait and try again. Anything else is a bug or a bad
+    configuration and stops the worker with its message."""
+    while isinstance(exc, LedgerError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    if isinstance(exc, KafkaTimeoutError | asyncio.TimeoutError | ConnectionError):
+        return True
+    return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))
+
 
 class Step:
     """The chosen processors' reaction to a batch of job-events, heartbeats and meter ticks."""
@@ -101,6 +119,11 @@ class Step:
         self._views: dict[str, tuple[float, JobView]] = {}
         """Job -> (read offset, view as of it): each job-event is folded once."""
         self._node_commands = settings.topic("node-commands")
+        self.outage = Outage(f"Kafka at {settings.kafka_bootstrap}", logger=log)
+        """The broker as this worker sees it: one log line when it goes, one when it is back."""
+        self._heartbeats = settings.topic("heartbeats")
+        self.heard_offsets: dict[int, int] = {}
+        """Heartbeats partition -> next offset to process (the watchdog's receive progress)."""
 
     # ----------------------------------------------------------------------- the batch
 
@@ -110,6 +133,8 @@ class Step:
         store = self.store
         handlers = self.handlers
         consumed: dict[str, int] = {}
+        received = utcnow()
+        heartbeats = self._heartbeats
         for record in records:
             consumed[record.topic] = consumed.get(record.topic, 0) + 1
             stamp = getattr(record, "timestamp", None)
@@ -117,33 +142,49 @@ class Step:
                 # faust's Message has seconds, aiokafka's ConsumerRecord milliseconds.
                 seconds = stamp / 1000 if stamp > 1e11 else float(stamp)
                 batch.newest_s = max(batch.newest_s or seconds, seconds)
+            if record.topic == heartbeats:
+                self.heard_offsets[record.partition] = record.offset + 1
             if record.value is None:
                 continue  # a tombstone: nothing to apply
             try:
                 value = codec.decode(record.value)
             except EventDecodeError as exc:
-                await self.ledger.dead_letter(record, exc, self.consumer_name)
+                await self.retrying(
+                    partial(self.ledger.dead_letter, record, exc, self.consumer_name)
+                )
                 continue
             if not isinstance(value, Event):
                 continue
             if record.partition not in store.loaded_at:
-                await store.ensure(record.partition, utcnow())
+                await self.retrying(partial(store.ensure, record.partition, utcnow()))
             if isinstance(value, AttemptHeartbeat):
-                store.add_heartbeat(value)
+                store.add_heartbeat(value, heard_at(record, received))
             elif isinstance(value, MeterTick):
                 store.add_tick(value)
                 # Even a known tick: after a crash the rebuild knows it, but the record
                 # built from it may never have been published.
                 batch.accounts.add(value.job_id)
             else:
-                store.add(value.job_id, record.offset, value)
+                store.add(value.job_id, record.offset, value, heard_at(record, received))
                 for handler in handlers:
                     handler(value.job_id, record.offset, value, batch)
         metrics.count_by_topic(metrics.EVENTS_CONSUMED, consumed)
         await self.flush(batch)
 
+    async def retrying(self, operation: Callable[[], Awaitable[_T]]) -> _T:
+        """``operation`` until it succeeds, waiting out broker outages (see :data:`BROKER_BACKOFF`).
+
+        The worker does not stop for an outage: the batch being processed is neither
+        acked nor committed until its sends are acknowledged, and a retried send repeats
+        events with the same deterministic ids, which every reader drops as duplicates.
+        """
+        return await retrying(
+            operation, outage=self.outage, transient=broker_transient, backoff=BROKER_BACKOFF
+        )
+
     async def flush(self, batch: Batch) -> None:
-        """Send the batch's events, then each job's view and record once; await every ack."""
+        """Send the batch's events, then each job's view and record once; await every ack
+        (through an outage of the broker: see :meth:`retrying`)."""
         sends = batch.sends
         decisions = len(sends)
         state = self.settings.topic("job-state")
@@ -155,21 +196,25 @@ class Step:
             if job.events:  # ticks before the submission was read wait for the next job-event
                 record = account(job.events, job.ticks.values(), view=self.latest_view(job_id))
                 sends.append((accounting, job_id, record))
+        if sends:
+            encoded = [
+                (topic, key.encode(), codec.encode(value), codec.headers(value))
+                for topic, key, value in sends
+            ]
+            await self.retrying(lambda: self._send(encoded))
+
+    async def _send(self, encoded: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]) -> None:
         producer = self.ledger.producer
         pending: list[asyncio.Future[Any]] = []
         try:
-            for topic, key, value in sends:
-                pending.append(
-                    await producer.send(
-                        topic,
-                        value=codec.encode(value),
-                        key=key.encode(),
-                        headers=codec.headers(value),
-                    )
-                )
+            for topic, key, value, headers in encoded:
+                pending.append(await producer.send(topic, value=value, key=key, headers=headers))
             for future in pending:
                 await future
         except KafkaError as exc:
+            for future in pending:  # the rest fail too; do not leave their errors unread
+                if future.done() and not future.cancelled():
+                    future.exception()
             raise LedgerError(f"the broker did not acknowledge an append: {exc}") from exc
         produced: dict[str, int] = {}
         for topic, _, _ in sends:

@@ -22,7 +22,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from aiokafka import TopicPartition
 
@@ -32,6 +32,9 @@ from schemas.events import AttemptHeartbeat, Event, MeterTick
 from services.ledger import Ledger
 
 log = logging.getLogger(__name__)
+
+LOG_APPEND_TIME = 1
+"""Kafka's timestamp type of a record stamped by the broker on append."""
 
 LOCAL = math.inf
 """Offset of an event this process appended and has not read back yet."""
@@ -47,9 +50,14 @@ class JobLog:
     ticks: dict[tuple[int, int], MeterTick] = field(default_factory=dict)
     heartbeats: dict[int, AttemptHeartbeat] = field(default_factory=dict)
     """Latest heartbeat of each attempt."""
+    heard: dict[str, datetime] = field(default_factory=dict)
+    """Event id -> when the platform heard it (see :func:`heard_at`); job-events and the
+    latest heartbeats. The watchdog times silence by these, not by ``occurred_at``."""
 
-    def add(self, offset: float, event: Event) -> bool:
+    def add(self, offset: float, event: Event, heard: datetime | None = None) -> bool:
         """Keep ``event`` at ``offset`` unless its id is known; True when it was new."""
+        if heard is not None:
+            self.heard.setdefault(event.event_id, heard)
         known = self.ids.get(event.event_id)
         if known is not None:
             if known == LOCAL and offset != LOCAL:
@@ -90,6 +98,22 @@ class JobLog:
         return event_id in self.ids
 
 
+def heard_at(record: object, received: datetime | None) -> datetime | None:
+    """When the platform heard a consumed record: the broker's append time when the topic
+    records it (``message.timestamp.type=LogAppendTime``), else ``received``.
+
+    Either way it is the receiving side's clock, never the producer's: an agent whose
+    clock is off cannot move its own deadlines.
+    """
+    if getattr(record, "timestamp_type", None) == LOG_APPEND_TIME:
+        stamp = getattr(record, "timestamp", None)
+        if isinstance(stamp, int | float) and stamp > 0:
+            # faust gives seconds (float), aiokafka milliseconds (int).
+            seconds = stamp / 1000 if isinstance(stamp, int) else stamp
+            return datetime.fromtimestamp(seconds, UTC)
+    return received
+
+
 class JobStore:
     """Job logs by job id plus which partitions have been rebuilt."""
 
@@ -122,12 +146,12 @@ class JobStore:
             settings = self.ledger.settings
             count = 0
             changed: set[str] = set()
-            async for offset, event in self._read(settings.topic("job-events"), partition):
-                if self.log(event.job_id).add(offset, event):
+            async for offset, event, heard in self._read(settings.topic("job-events"), partition):
+                if self.log(event.job_id).add(offset, event, heard):
                     changed.add(event.job_id)
                 count += 1
             if self.with_ticks:
-                async for _, event in self._read(settings.topic("meter-ticks"), partition):
+                async for _, event, _ in self._read(settings.topic("meter-ticks"), partition):
                     if isinstance(event, MeterTick):
                         self.add_tick(event)
                         changed.add(event.job_id)
@@ -137,8 +161,12 @@ class JobStore:
                 for callback in self.on_job_changed:
                     callback(job_id)
 
-    async def _read(self, topic: str, partition: int) -> AsyncIterator[tuple[int, Event]]:
-        """Every decodable event of one partition up to its end as of the call.
+    async def _read(
+        self, topic: str, partition: int
+    ) -> AsyncIterator[tuple[int, Event, datetime | None]]:
+        """Every decodable event of one partition up to its end as of the call, with when
+        the broker appended it (None on a topic that keeps the producer's time: a rebuild
+        cannot know when an old record was heard).
 
         Unlike ``Ledger.read_partitions`` this does not dead-letter: the live agent
         that consumes the record parks it once; a rebuild only skips it.
@@ -160,7 +188,7 @@ class JobStore:
                     except EventDecodeError:
                         continue
                     if isinstance(value, Event):
-                        yield raw.offset, value
+                        yield raw.offset, value, heard_at(raw, None)
         finally:
             await consumer.stop()
 
@@ -168,8 +196,8 @@ class JobStore:
         """Called on revoke: rebuild it again if it comes back."""
         self.loaded_at.pop(partition, None)
 
-    def add(self, job_id: str, offset: float, event: Event) -> bool:
-        new = self.log(job_id).add(offset, event)
+    def add(self, job_id: str, offset: float, event: Event, heard: datetime | None = None) -> bool:
+        new = self.log(job_id).add(offset, event, heard)
         if new:
             for callback in self.on_job_changed:
                 callback(job_id)
@@ -183,12 +211,17 @@ class JobStore:
         ticks[key] = tick
         return True
 
-    def add_heartbeat(self, beat: AttemptHeartbeat) -> bool:
-        beats = self.log(beat.job_id).heartbeats
+    def add_heartbeat(self, beat: AttemptHeartbeat, heard: datetime | None = None) -> bool:
+        job = self.log(beat.job_id)
+        beats = job.heartbeats
         known = beats.get(beat.attempt)
         if known is not None and (known.occurred_at, known.seq) >= (beat.occurred_at, beat.seq):
             return False
         beats[beat.attempt] = beat
+        if known is not None:
+            job.heard.pop(known.event_id, None)  # only the latest heartbeat's is kept
+        if heard is not None:
+            job.heard[beat.event_id] = heard
         for callback in self.on_heartbeat:
             callback(beat.job_id)
         return True

@@ -29,6 +29,17 @@ async def test_created_topics_are_listed_with_their_partitions_and_cleanup_polic
         assert configs[topics.topic(name)]["cleanup.policy"] == policy
 
 
+async def test_heartbeats_and_job_events_are_stamped_by_the_broker(topics):
+    # The watchdog times silence by when the platform heard a record, not by the agent.
+    configs = await topic_configs(topics, ["message.timestamp.type"])
+    stamped = {
+        name
+        for name in TOPIC_NAMES
+        if configs[topics.topic(name)]["message.timestamp.type"] == "LogAppendTime"
+    }
+    assert stamped == {"heartbeats", "job-events"}
+
+
 async def test_ensure_topics_is_idempotent(topics):
     first = await ensure_topics(topics)
     assert await ensure_topics(topics) == first
