@@ -13,21 +13,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
 
 from projections.accounting import account
 from projections.decisions import PROCESSORS, settle
 from projections.history import unique
 from projections.job_state import project
 from schemas import codec
-from schemas.errors import EventDecodeError
+from schemas.errors import EventDecodeError, LedgerError
 from schemas.events import TERMINAL_EVENTS, Event, JobSubmitted, MeterTick
+from services.backoff import Backoff
 from services.ledger.client import DLQ_CONSUMER, partition_for
 from services.processors import build_processors
+from services.processors import step as step_module
 from services.settings import Settings
 from services.simulator.histories import job_history
 from services.simulator.mix import JobMix
@@ -185,3 +189,63 @@ async def test_an_undecodable_record_is_dead_lettered_once_and_the_batch_goes_on
         "processors/dispatch+state+watchdog+classifier+accounting"
     ]
     assert outcome(broker, "job-x")[1] == project([job])
+
+
+class FlakyBroker(Broker):
+    """A broker that refuses the next ``down`` sends (as an unreachable one does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = 0
+        self.refused = 0
+
+    async def send(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, headers: Any = None
+    ) -> asyncio.Future[SimpleNamespace]:
+        if self.down:
+            self.down -= 1
+            self.refused += 1
+            raise KafkaConnectionError("Unable to connect to 127.0.0.1:9092")
+        return await super().send(topic, value, key, headers)
+
+
+@pytest.mark.parametrize("path", fixture_paths()[:4], ids=lambda p: p.stem)
+async def test_a_broker_outage_is_waited_out_and_changes_nothing(path, monkeypatch, caplog):
+    monkeypatch.setattr(step_module, "BROKER_BACKOFF", Backoff(initial_s=0.001, cap_s=0.005))
+    events, ticks, _ = load(path)
+    facts = [e for e in events if is_fact(e)]
+    broker = FlakyBroker()
+    processors = worker(broker)
+    with caplog.at_level(logging.INFO):
+        for n, fact in enumerate(facts):
+            await append(broker, fact)
+            broker.down = 7 if n == 1 else 0  # every send of this batch fails 7 times first
+            await drain(processors, broker, 1000)
+    assert broker.refused == 7
+    history, view, _ = outcome(broker, facts[0].job_id)
+    assert [e for e in history if not is_fact(e)] == [e for e in settle(facts) if not is_fact(e)]
+    assert view == project(history)
+    said = [r.getMessage() for r in caplog.records if "Kafka at" in r.getMessage()]
+    assert len(said) == 2, said  # one line when it goes, one when it is back
+    assert "unreachable" in said[0] and "KafkaConnectionError" in said[0]
+    assert "is back" in said[1]
+
+
+async def test_an_error_that_is_not_an_outage_still_stops_the_batch():
+    broker = FlakyBroker()
+    processors = worker(broker)
+
+    async def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise MessageSizeTooLargeError("record too large")
+
+    broker.send = refuse  # type: ignore[method-assign]
+    job = JobSubmitted(
+        job_id="job-y",
+        occurred_at=datetime.now(UTC),
+        producer="api/test",
+        tenant="t",
+        spec={"image": "busybox", "command": ["true"]},
+    )
+    await Broker.send(broker, TOPIC("job-events"), value=codec.encode(job), key=b"job-y")
+    with pytest.raises(LedgerError, match="too large"):
+        await drain(processors, broker, 1000)
