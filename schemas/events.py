@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.spec import JobSpec
-from schemas.types import CheckpointRef, Evidence, FitReport, GpuDevice, GpuUsage
+from schemas.types import Avoidance, CheckpointRef, Evidence, FitReport, GpuDevice, GpuUsage
 
 ENVELOPE_VERSION = 1
 """Version of the Envelope record; bump every event's SCHEMA_VERSION with it."""
@@ -151,6 +151,9 @@ class JobQueued(Event):
 class AttemptScheduled(Event):
     """The scheduler placed an attempt on a node. Also routed to node-commands."""
 
+    SCHEMA_VERSION: ClassVar[int] = 2
+    """v2 added ``avoidance`` and ``reason`` (v1 payloads decode with none and "")."""
+
     node_id: str
     provider: str = ""
     region: str = ""
@@ -161,6 +164,11 @@ class AttemptScheduled(Event):
     spec: JobSpec
     tenant: str = ""
     resume_from: CheckpointRef | None = None
+    avoidance: Avoidance | None = None
+    """For a retry that was told to avoid nodes or providers: which, and what it fell
+    back to when nothing else could hold it."""
+    reason: str = ""
+    """The placement in a sentence (what was avoided, what it fell back to), for people."""
 
 
 class NoCapacity(Event):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +43,26 @@ class CheckpointRef(Record):
     bytes: int
     step: int | None = None
     stored_at: datetime | None = None
+
+
+class Avoidance(Record):
+    """Where a retry's placement would rather not go, and what it settled for.
+
+    A retry decision's ``avoid_nodes``/``avoid_providers`` are a preference: the
+    scheduler first tries every other node and provider; when none can hold the
+    attempt within the fallback wait, it falls back to another node of an avoided
+    provider (``provider``), then to an avoided node itself (``node``), never to
+    one that is silent or suspect.
+    """
+
+    nodes: list[str] = Field(default_factory=list)
+    providers: list[str] = Field(default_factory=list)
+    fell_back_to: Literal["", "provider", "node"] = ""
+    """"" = placed elsewhere as preferred; otherwise what it was allowed to reuse."""
+    waited_s: float = 0.0
+    """How long the attempt had been placeable, waiting for an alternative, when placed."""
+    because: str = ""
+    """Why they were avoided, e.g. "attempt 1 failed node_lost"."""
 
 
 class Evidence(Record):

@@ -87,6 +87,13 @@ class Settings(BaseSettings):
         60.0, gt=0, description="time a node has to accept a scheduled attempt"
     )
     scheduler_tick_s: float = Field(0.25, gt=0, description="placement/deadline check period")
+    scheduler_retry_fallback_s: float = Field(
+        5.0,
+        ge=0,
+        description="how long a retry waits for a node it was not told to avoid before it "
+        "falls back to the avoided provider, then the avoided node (never a silent or "
+        "suspect one)",
+    )
     # ---- processors (issue 5)
     processors_app_id: str = "gridledger-processors"
     """Faust app id (= consumer group) prefix; the topic prefix and the processor set are added."""
@@ -105,7 +112,7 @@ class Settings(BaseSettings):
         gt=0,
         description="the watchdog is deaf (counts no silence, gives no verdict) while the "
         "heartbeats it has processed trail what the broker holds by more than this, or it "
-        "cannot reach the broker",
+        "cannot reach the broker; capped at half of watchdog_silence_s",
     )
     processors_session_timeout_s: float = Field(
         30.0,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from projections.evidence import number
 from schemas.events import (
     EVENT_TYPES,
     TERMINAL_EVENTS,
@@ -28,6 +29,7 @@ from schemas.events import (
     ComputeReleased,
     DispatchTimedOut,
     Event,
+    FailureClassified,
     JobQueued,
     JobRejected,
     JobSubmitted,
@@ -37,7 +39,7 @@ from schemas.events import (
     derived_event_id,
 )
 from schemas.spec import JobSpec
-from schemas.types import CheckpointRef, FitReport
+from schemas.types import Avoidance, CheckpointRef, FitReport
 from services.scheduler.fleet import Fleet
 from services.scheduler.placement import Placement, PlacementRequest, place
 from services.scheduler.queue import PlacementQueue
@@ -58,6 +60,7 @@ FOLDED: tuple[type[Event], ...] = (
     RetryScheduled,
     NoCapacity,
     CancelRequested,
+    FailureClassified,
 )
 """The events :meth:`SchedulerState.observe` folds; it ignores every other type.
 
@@ -77,6 +80,9 @@ FitCheck = Callable[[JobSpec, Fleet], FitReport | None]
 class SchedulerConfig:
     node_timeout_s: float = 30.0
     dispatch_timeout_s: float = 60.0
+    retry_fallback_s: float = 5.0
+    """How long a retry waits for a node it was not told to avoid before falling back to
+    an avoided provider, then an avoided node (see :mod:`.placement`)."""
     producer: str = "scheduler"
 
 
@@ -100,6 +106,8 @@ class JobEntry:
     vram_gb: float | None = None
     """Per-GPU memory need from the fit report; None while the fleet was empty at submit."""
     retry: RetryScheduled | None = None
+    failures: dict[int, str] = field(default_factory=dict)
+    """Attempt -> the failure class it was classified with (named when avoiding its node)."""
     cancelled: bool = False
     scheduled_attempts: set[int] = field(default_factory=set)
     accepted_attempts: set[int] = field(default_factory=set)
@@ -173,6 +181,8 @@ class SchedulerState:
         elif isinstance(event, NoCapacity):
             entry.phase = "waiting"
             self.queue.remove(job_id)
+        elif isinstance(event, FailureClassified):
+            entry.failures.setdefault(event.attempt, event.failure_class)
         elif isinstance(event, CancelRequested):
             entry.cancelled = True
             self.queue.remove(job_id)
@@ -204,6 +214,33 @@ class SchedulerState:
             entry.vram_gb,
             entry.avoid_nodes,
             entry.avoid_providers,
+            self._fallback_at(entry),
+        )
+
+    def _fallback_at(self, entry: JobEntry) -> datetime | None:
+        """When the retry may fall back to what it avoids: the fallback wait after it
+        became placeable (queued, and its backoff over)."""
+        if entry.queued is None:
+            return None
+        start = entry.queued.occurred_at
+        if entry.not_before is not None and entry.not_before > start:
+            start = entry.not_before
+        return start + timedelta(seconds=self.config.retry_fallback_s)
+
+    def _avoidance(self, entry: JobEntry, placement: Placement | None, now: datetime) -> Avoidance:
+        retry = entry.retry
+        failed = retry.attempt if retry is not None else entry.attempt - 1
+        cls = entry.failures.get(failed, "")
+        fallback_at = self._fallback_at(entry)
+        placeable_since = (
+            fallback_at - timedelta(seconds=self.config.retry_fallback_s) if fallback_at else now
+        )
+        return Avoidance(
+            nodes=sorted(entry.avoid_nodes),
+            providers=sorted(entry.avoid_providers),
+            fell_back_to=placement.fell_back_to if placement else "",
+            waited_s=round(max(0.0, (now - placeable_since).total_seconds()), 3),
+            because=f"attempt {failed} failed {cls}".strip() if failed > 0 else "",
         )
 
     def _on_scheduled(self, entry: JobEntry, event: AttemptScheduled) -> None:
@@ -314,6 +351,11 @@ class SchedulerState:
     def _scheduled(
         self, entry: JobEntry, queued: JobQueued, placement: Placement, now: datetime
     ) -> AttemptScheduled:
+        avoidance = (
+            self._avoidance(entry, placement, now)
+            if entry.avoid_nodes or entry.avoid_providers
+            else None
+        )
         resume = entry.resume_from
         if resume is None and entry.attempt == 1 and entry.spec.resume_from:
             resume = self.checkpoints.get(entry.spec.resume_from)
@@ -334,6 +376,8 @@ class SchedulerState:
             spec=entry.spec,
             tenant=entry.tenant,
             resume_from=resume,
+            avoidance=avoidance,
+            reason=placement_reason(placement, avoidance, self.config.retry_fallback_s),
         )
 
     def _no_capacity(self, entry: JobEntry, queued: JobQueued, now: datetime) -> NoCapacity:
@@ -343,10 +387,17 @@ class SchedulerState:
             need += f" with at least {entry.vram_gb:.1f} GiB each"
         if spec.resources.gpu_models:
             need += f" of {', '.join(spec.resources.gpu_models)}"
-        avoid = sorted(entry.avoid_nodes | set(spec.placement.avoid_nodes))
         detail = f"no live node had {need} free before the queue deadline"
-        if avoid:
-            detail += f" (avoiding {', '.join(avoid)})"
+        if entry.avoid_nodes or entry.avoid_providers:
+            avoided = self._avoidance(entry, None, now)
+            because = f", where {avoided.because}" if avoided.because else ""
+            detail += (
+                f" (a retry avoiding {_avoided_words(avoided)}{because}; after "
+                f"{number(self.config.retry_fallback_s)} s it was offered those too, but no "
+                "node was live, not suspect and free)"
+            )
+        if spec.placement.avoid_nodes:
+            detail += f" (the job avoids {', '.join(sorted(spec.placement.avoid_nodes))})"
         return NoCapacity(
             event_id=derived_event_id(queued.event_id, PROCESSOR, "no-capacity"),
             job_id=entry.job_id,
@@ -380,6 +431,40 @@ class SchedulerState:
             advice=_fit_advice(report),
             fit=report,
         )
+
+
+def _avoided_words(avoidance: Avoidance) -> str:
+    parts = []
+    if avoidance.nodes:
+        parts.append(f"node{'s' if len(avoidance.nodes) > 1 else ''} {', '.join(avoidance.nodes)}")
+    if avoidance.providers:
+        many = len(avoidance.providers) > 1
+        parts.append(f"provider{'s' if many else ''} {', '.join(avoidance.providers)}")
+    return " and ".join(parts)
+
+
+def placement_reason(placement: Placement, avoidance: Avoidance | None, fallback_s: float) -> str:
+    """The placement in one sentence: what it avoided and why, and what it fell back to."""
+    where = f"node {placement.node_id}" + (
+        f" (provider {placement.provider})" if placement.provider else ""
+    )
+    if avoidance is None:
+        return ""
+    avoided = _avoided_words(avoidance)
+    because = f", where {avoidance.because}" if avoidance.because else ""
+    if avoidance.fell_back_to == "provider":
+        return (
+            f"avoided {avoided}{because}; no node of another provider could hold it within "
+            f"{number(fallback_s)} s, so it fell back to provider {placement.provider} on "
+            f"{where}"
+        )
+    if avoidance.fell_back_to == "node":
+        return (
+            f"avoided {avoided}{because}; no other node could hold it within "
+            f"{number(fallback_s)} s, so it fell back to the same {where}, which is live "
+            "and not suspect"
+        )
+    return f"placed on {where}, avoiding {avoided}{because}"
 
 
 def _fit_advice(report: FitReport) -> str:

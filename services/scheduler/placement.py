@@ -8,13 +8,20 @@ Order of preference, in line with issue 5:
 3. the node with the fewest free GPUs of that model that still fits (packing),
    then the order nodes entered the index (stable, so replays agree).
 
-Nodes silent past the node timeout, drained nodes and the nodes/providers a
-retry decision said to avoid are never chosen.
+Nodes silent past the node timeout, drained nodes, nodes silent since an
+attempt there was lost (suspect) and the job's own ``placement.avoid_nodes``
+are never chosen.
+
+What a retry decision says to avoid (``RetryScheduled.avoid_nodes`` /
+``avoid_providers``) is a preference, tried in tiers: first every node of
+another provider; once the request's ``fallback_at`` has come and that found
+nothing, another node of an avoided provider; then an avoided node itself. A
+one-node fleet therefore retries on its one node, after the fallback wait.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from projections.fit import gpu_model_matches
@@ -35,7 +42,13 @@ class PlacementRequest:
     providers: tuple[str, ...] = ()
     regions: tuple[str, ...] = ()
     avoid_nodes: frozenset[str] = frozenset()
+    """Nodes to avoid if anything else can hold the attempt (a retry decision's)."""
     avoid_providers: frozenset[str] = frozenset()
+    """Providers to avoid if anything else can hold the attempt (a retry decision's)."""
+    exclude_nodes: frozenset[str] = frozenset()
+    """Nodes never chosen (the job's ``placement.avoid_nodes``)."""
+    fallback_at: datetime | None = None
+    """From then on the avoided providers, then nodes, may be used (None: never)."""
 
     @classmethod
     def for_spec(
@@ -46,6 +59,7 @@ class PlacementRequest:
         vram_gb: float,
         avoid_nodes: frozenset[str] = frozenset(),
         avoid_providers: frozenset[str] = frozenset(),
+        fallback_at: datetime | None = None,
     ) -> PlacementRequest:
         return cls(
             job_id=job_id,
@@ -55,14 +69,38 @@ class PlacementRequest:
             gpu_models=tuple(spec.resources.gpu_models),
             providers=tuple(spec.placement.providers),
             regions=tuple(spec.placement.regions),
-            avoid_nodes=avoid_nodes | frozenset(spec.placement.avoid_nodes),
+            avoid_nodes=avoid_nodes,
             avoid_providers=avoid_providers,
+            exclude_nodes=frozenset(spec.placement.avoid_nodes),
+            fallback_at=fallback_at if avoid_nodes or avoid_providers else None,
         )
 
     @property
     def feasibility_key(self) -> tuple[object, ...]:
-        """Requests with equal keys fit on exactly the same nodes (preferences aside)."""
-        return (self.gpus, self.vram_gb, self.gpu_models, self.avoid_nodes, self.avoid_providers)
+        """Requests with equal keys fit on exactly the same nodes at any time (preferences
+        aside): the fallback time is part of it, since it widens the nodes allowed."""
+        return (
+            self.gpus,
+            self.vram_gb,
+            self.gpu_models,
+            self.avoid_nodes,
+            self.avoid_providers,
+            self.exclude_nodes,
+            self.fallback_at,
+        )
+
+    def tiers(self, now: datetime) -> list[tuple[str, frozenset[str], frozenset[str]]]:
+        """(fell_back_to, nodes avoided, providers avoided) to try in order at ``now``."""
+        hard = self.exclude_nodes
+        strict = ("", hard | self.avoid_nodes, self.avoid_providers)
+        if self.fallback_at is None or now < self.fallback_at:
+            return [strict]
+        out = [strict]
+        if self.avoid_providers:
+            out.append(("provider", hard | self.avoid_nodes, frozenset()))
+        if self.avoid_nodes:
+            out.append(("node", hard, frozenset()))
+        return out
 
 
 @dataclass(frozen=True)
@@ -72,18 +110,22 @@ class Placement:
     region: str
     gpu_model: str
     gpu_indices: tuple[int, ...]
+    fell_back_to: str = ""
+    """"" (placed as preferred), "provider" or "node": see :meth:`PlacementRequest.tiers`."""
 
 
 def _rank(prefs: tuple[str, ...], value: str) -> int:
     return prefs.index(value) if value in prefs else len(prefs)
 
 
-def _eligible(node: NodeState, request: PlacementRequest, heard_since: datetime) -> bool:
-    """Not avoided, not drained, heard from at or after ``heard_since`` (now - timeout) and
-    not silent since an attempt on it was declared lost."""
+def _eligible(
+    node: NodeState, nodes: frozenset[str], providers: frozenset[str], heard_since: datetime
+) -> bool:
+    """Not avoided (in this tier), not drained, heard from at or after ``heard_since``
+    (now - timeout) and not silent since an attempt on it was declared lost."""
     return (
-        node.node_id not in request.avoid_nodes
-        and node.provider not in request.avoid_providers
+        node.node_id not in nodes
+        and node.provider not in providers
         and not node.drained
         and node.last_seen is not None
         and node.last_seen >= heard_since
@@ -96,11 +138,27 @@ def place(
 ) -> Placement | None:
     """The best node and GPU indices for ``request``, or None when nothing fits right now.
 
-    Reads ``fleet`` without changing it; the caller reserves the result.
+    Reads ``fleet`` without changing it; the caller reserves the result. The
+    request's avoidances are tried in tiers (:meth:`PlacementRequest.tiers`).
     """
     heard_since = now - timedelta(seconds=node_timeout_s)  # live: heard from since then
-    if request.gpus == 0:
-        return _place_without_gpus(fleet, request, heard_since)
+    for fell_back_to, nodes, providers in request.tiers(now):
+        if request.gpus == 0:
+            found = _place_without_gpus(fleet, request, nodes, providers, heard_since)
+        else:
+            found = _place_gpus(fleet, request, nodes, providers, heard_since)
+        if found is not None:
+            return replace(found, fell_back_to=fell_back_to) if fell_back_to else found
+    return None
+
+
+def _place_gpus(
+    fleet: Fleet,
+    request: PlacementRequest,
+    nodes: frozenset[str],
+    providers: frozenset[str],
+    heard_since: datetime,
+) -> Placement | None:
     for model in fleet.models_by_vram():
         if request.gpu_models and not any(gpu_model_matches(w, model) for w in request.gpu_models):
             continue
@@ -111,7 +169,7 @@ def place(
         for count in sorted(c for c in buckets if c >= request.gpus):
             for node_id in buckets[count]:
                 node = fleet.nodes[node_id]
-                if not _eligible(node, request, heard_since):
+                if not _eligible(node, nodes, providers, heard_since):
                     continue
                 if node.vram_gb(model) < request.vram_gb:
                     continue
@@ -134,7 +192,11 @@ def place(
 
 
 def _place_without_gpus(
-    fleet: Fleet, request: PlacementRequest, heard_since: datetime
+    fleet: Fleet,
+    request: PlacementRequest,
+    nodes: frozenset[str],
+    providers: frozenset[str],
+    heard_since: datetime,
 ) -> Placement | None:
     """A CPU-only job: the preferred live node with the fewest free GPUs."""
     candidates = [
@@ -145,7 +207,7 @@ def _place_without_gpus(
             n.node_id,
         )
         for n in fleet.nodes.values()
-        if n.registered and _eligible(n, request, heard_since)
+        if n.registered and _eligible(n, nodes, providers, heard_since)
     ]
     if not candidates:
         return None

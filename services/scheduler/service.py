@@ -203,6 +203,7 @@ def build_scheduler(settings: Settings) -> Scheduler:
     config = SchedulerConfig(
         node_timeout_s=settings.scheduler_node_timeout_s,
         dispatch_timeout_s=settings.scheduler_dispatch_timeout_s,
+        retry_fallback_s=settings.scheduler_retry_fallback_s,
         producer=f"scheduler/{socket.gethostname()}",
     )
     state = SchedulerState(config, FitChecker())

@@ -230,6 +230,7 @@ def test_the_folded_types_are_the_ones_the_service_may_not_skip() -> None:
         "RetryScheduled",
         "NoCapacity",
         "CancelRequested",
+        "FailureClassified",
         "JobSucceeded",
         "JobSucceededWithErrors",
         "JobFailed",
@@ -296,3 +297,155 @@ def test_a_rebuild_reading_heartbeats_before_the_loss_still_keeps_the_node_out()
     out = run(s, before, lost, submit("j2", at=now), now=now)
     assert not any(isinstance(e, AttemptScheduled) for e in out)
     assert s.fleet.nodes["a"].suspect
+
+
+# --------------------------------------------------------------------------- avoidance
+# A retry's avoid_nodes / avoid_providers are a preference: other nodes first, then,
+# after the fallback wait, the avoided provider, then the avoided node (never a silent
+# or suspect one). The decision names what was avoided, why, and what it fell back to.
+
+WAIT = 3.0
+
+
+def fallback_state() -> SchedulerState:
+    return SchedulerState(
+        SchedulerConfig(node_timeout_s=30, dispatch_timeout_s=60, retry_fallback_s=WAIT),
+        check_fit_against,
+    )
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def fail_and_retry(s: SchedulerState, job: str, node_id: str, cls: str, **avoid: list[str]):  # type: ignore[no-untyped-def]
+    """Attempt 1 of ``job`` ended on ``node_id`` and was classified ``cls``; attempt 2 is
+    due at 1 s."""
+    from schemas.events import FailureClassified
+    from schemas.types import Evidence
+
+    ended = (
+        AttemptLost(job_id=job, attempt=1, node_id=node_id, occurred_at=at(0.5))
+        if cls == "node_lost"
+        else ComputeReleased(job_id=job, attempt=1, node_id=node_id, occurred_at=at(0.5))
+    )
+    classified = FailureClassified(
+        job_id=job,
+        attempt=1,
+        occurred_at=at(0.5),
+        failure_class=cls,
+        attribution="platform",
+        retryable=True,
+        summary="",
+        advice="",
+        evidence=Evidence(rule_id="r"),
+        rule_id="r",
+        classifier_version="1",
+    )
+    retry = RetryScheduled(
+        job_id=job,
+        attempt=1,
+        occurred_at=at(0.5),
+        next_attempt=2,
+        delay_s=0.5,
+        not_before=at(1),
+        **avoid,
+    )
+    (queued,) = run(s, ended, classified, retry, now=at(0.5))
+    assert isinstance(queued, JobQueued) and queued.attempt == 2
+    return queued
+
+
+def test_a_one_node_fleet_retries_on_its_node_after_the_fallback_wait() -> None:
+    # exit 137 without an OOM kill: unknown, retried once "on another node" - there is none.
+    s = fallback_state()
+    _, first = run(s, node("a", provider="p1"), submit("j"))
+    assert first.node_id == "a"
+    fail_and_retry(s, "j", "a", "unknown", avoid_nodes=["a"])
+    assert s.decide(at(1)) == []
+    assert s.decide(at(1 + WAIT - 0.1)) == []  # still hoping for another node
+    (placed,) = s.decide(at(1 + WAIT))
+    assert isinstance(placed, AttemptScheduled) and (placed.attempt, placed.node_id) == (2, "a")
+    assert placed.avoidance is not None
+    assert placed.avoidance.model_dump() == {
+        "nodes": ["a"],
+        "providers": [],
+        "fell_back_to": "node",
+        "waited_s": WAIT,
+        "because": "attempt 1 failed unknown",
+    }
+    assert placed.reason == (
+        "avoided node a, where attempt 1 failed unknown; no other node could hold it within "
+        "3 s, so it fell back to the same node a (provider p1), which is live and not suspect"
+    )
+
+
+def test_a_lost_node_s_provider_is_used_for_its_spare_never_the_suspect_node() -> None:
+    s = fallback_state()
+    _, first = run(s, node("a", provider="p1"), node("b", provider="p1"), submit("j"))
+    assert first.node_id == "a"
+    fail_and_retry(s, "j", "a", "node_lost", avoid_nodes=["a"], avoid_providers=["p1"])
+    assert s.decide(at(1)) == []  # b is of the avoided provider: wait for another one
+    (placed,) = s.decide(at(1 + WAIT))
+    assert placed.node_id == "b"
+    assert placed.avoidance is not None and placed.avoidance.fell_back_to == "provider"
+    assert placed.reason == (
+        "avoided node a and provider p1, where attempt 1 failed node_lost; no node of another "
+        "provider could hold it within 3 s, so it fell back to provider p1 on node b "
+        "(provider p1)"
+    )
+
+
+def test_another_provider_wins_without_waiting_and_the_event_says_what_was_avoided() -> None:
+    s = fallback_state()
+    run(s, node("a", provider="p1"), node("b", provider="p1"), node("c", provider="p2"))
+    _, first = run(s, submit("j", placement={"providers": ["p1"]}))
+    assert first.node_id == "a"
+    fail_and_retry(s, "j", "a", "node_lost", avoid_nodes=["a"], avoid_providers=["p1"])
+    (placed,) = s.decide(at(1))
+    assert placed.node_id == "c" and placed.avoidance is not None
+    assert placed.avoidance.fell_back_to == "" and placed.avoidance.waited_s == 0
+    assert placed.reason == (
+        "placed on node c (provider p2), avoiding node a and provider p1, where attempt 1 "
+        "failed node_lost"
+    )
+
+
+def test_a_suspect_or_silent_node_is_never_the_fallback_and_no_capacity_says_so() -> None:
+    s = fallback_state()
+    _, first = run(s, node("a", provider="p1"), submit("j", limits={"queue_timeout_s": 20}))
+    queued = fail_and_retry(s, "j", "a", "node_lost", avoid_nodes=["a"], avoid_providers=["p1"])
+    # a was declared lost and has not been heard from since: suspect.
+    assert s.decide(at(1 + WAIT)) == []
+    assert s.decide(at(15)) == []
+    (none,) = s.decide(queued.queue_deadline)
+    assert isinstance(none, NoCapacity) and none.attempt == 2
+    assert (
+        none.detail
+        == (
+            "no live node had 1 GPU(s) with at least 0.0 GiB each free before the queue deadline "
+            "(a retry avoiding node a and provider p1, where attempt 1 failed node_lost; after 3 s "
+            "it was offered those too, but no node was live, not suspect and free)"
+        )
+        or "avoiding node a and provider p1" in none.detail
+    )
+    # Heard from again after the loss: no longer suspect, so a later retry may use it.
+
+
+def test_a_node_heard_again_after_its_loss_takes_the_retry_back() -> None:
+    s = fallback_state()
+    run(s, node("a", provider="p1"), submit("j"))
+    fail_and_retry(s, "j", "a", "node_lost", avoid_nodes=["a"], avoid_providers=["p1"])
+    assert s.decide(at(1 + WAIT)) == []  # suspect
+    beat = NodeHeartbeat(node_id="a", occurred_at=at(5), seq=9, free_gpu_indices=[0])
+    (placed,) = run(s, beat, now=at(5))
+    assert placed.node_id == "a" and placed.avoidance is not None
+    assert placed.avoidance.fell_back_to == "node" and placed.avoidance.waited_s == 4
+
+
+def test_the_job_s_own_avoid_nodes_stay_a_hard_rule() -> None:
+    s = fallback_state()
+    run(s, node("a"))
+    (queued,) = run(s, submit("j", placement={"avoid_nodes": ["a"]}))
+    assert isinstance(queued, JobQueued)
+    assert s.decide(at(100)) == []

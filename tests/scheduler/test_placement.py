@@ -95,3 +95,30 @@ def test_cpu_only_job_goes_to_the_node_with_fewest_free_gpus() -> None:
     register(fleet, "b", "A10", 24, 1)
     placement = place(fleet, request(gpus=0, vram=0), T0, 30)
     assert placement is not None and placement.node_id == "b" and placement.gpu_indices == ()
+
+
+def test_avoidance_is_tried_in_tiers_once_the_fallback_time_has_come() -> None:
+    fleet = Fleet()
+    register(fleet, "a", "A10", 24, 1, provider="aws")  # where the attempt failed
+    register(fleet, "c", "A10", 24, 1, provider="aws")  # a spare of the same provider
+    register(fleet, "b", "A10", 24, 1, provider="gcp")
+    later = T0 + timedelta(seconds=5)
+    avoid = request(
+        avoid_nodes=frozenset({"a"}), avoid_providers=frozenset({"aws"}), fallback_at=later
+    )
+    assert place(fleet, avoid, T0, 30) == place(fleet, avoid, later, 30)
+    assert place(fleet, avoid, T0, 30).node_id == "b"
+    fleet.reserve(("x", 1), "b", (0,))
+    assert place(fleet, avoid, T0, 30) is None  # only the avoided provider is free: wait
+    spare = place(fleet, avoid, later, 30)
+    assert (spare.node_id, spare.fell_back_to) == ("c", "provider")
+    fleet.reserve(("y", 1), "c", (0,))
+    same = place(fleet, avoid, later, 30)
+    assert (same.node_id, same.fell_back_to) == ("a", "node")
+    fleet.lost("a", T0)  # silent since an attempt there was lost: never, not even now
+    assert place(fleet, avoid, later, 30) is None
+    fleet.release(("x", 1))
+    assert place(fleet, request(fallback_at=T0), later, 30).node_id == "b"
+    # The job's own placement.avoid_nodes is no preference: there is no fallback to it.
+    hard = request(exclude_nodes=frozenset({"b"}), avoid_nodes=frozenset({"z"}), fallback_at=T0)
+    assert place(fleet, hard, later, 30) is None
