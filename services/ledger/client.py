@@ -174,6 +174,15 @@ class Ledger:
                 async with asyncio.timeout(5):
                     await producer.stop()
 
+    async def reset_producer(self) -> None:
+        """Public :meth:`_drop_producer`, for a service that sends on :meth:`ready_producer`
+        itself (the processors' batch) and retries after a failure."""
+        await self._drop_producer()
+
+    async def ready_producer(self) -> AIOKafkaProducer:
+        """The producer, started again after :meth:`reset_producer` (for batch senders)."""
+        return await self._ready_producer()
+
     async def _ready_producer(self) -> AIOKafkaProducer:
         if self._producer is None and self._started:
             await self._start_producer()

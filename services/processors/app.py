@@ -42,9 +42,9 @@ from aiokafka.errors import KafkaError
 
 from schemas.events import Event
 from services.ledger import Ledger
-from services.ledger.client import partition_for
+from services.ledger.client import broker_unavailable, partition_for
 from services.processors import watchdog
-from services.processors.step import Batch, Step, broker_transient, utcnow
+from services.processors.step import Batch, Step, utcnow
 from services.processors.store import JobStore
 from services.settings import Settings
 
@@ -207,7 +207,7 @@ class Processors:
             await self._hear(now)
             await self._watchdog_check(now)
         except Exception as exc:
-            if broker_transient(exc):
+            if broker_unavailable(exc):
                 # The broker went away mid-check: this tick decides nothing, the next one
                 # tries again (the probe has already made the watchdog deaf meanwhile).
                 self.step.outage.down(exc)
@@ -324,7 +324,7 @@ class Processors:
     # ----------------------------------------------------------------------- lifecycle
 
     async def start(self) -> Processors:
-        await self.ledger.start()
+        await self.ledger.start(wait=True)  # a broker still coming up is waited for
         await self.app.start()
         self._started = True
         return self

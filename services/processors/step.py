@@ -23,14 +23,14 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from aiokafka.errors import KafkaError, KafkaTimeoutError
+from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
 from projections.accounting import account
 from projections.decisions import REACTS_TO, react
 from projections.job_state import evolve, project
 from schemas import codec
-from schemas.errors import EventDecodeError, LedgerError
+from schemas.errors import EventDecodeError
 from schemas.events import (
     AttemptHeartbeat,
     AttemptScheduled,
@@ -40,8 +40,9 @@ from schemas.events import (
     MeterTick,
 )
 from schemas.views import JobView
-from services.backoff import Backoff, Outage, retrying
+from services.backoff import retrying
 from services.ledger import Ledger
+from services.ledger.client import BrokerUnavailableError, broker_unavailable
 from services.ops import metrics
 from services.processors import dispatch
 from services.processors.store import LOCAL, JobStore, heard_at
@@ -82,20 +83,6 @@ class Batch:
 
 Handler = Callable[[str, int, Event, Batch], None]
 
-BROKER_BACKOFF = Backoff(initial_s=0.2, cap_s=5.0)
-"""Between tries of an append or a rebuild while the broker is away."""
-
-
-def broker_transient(exc: BaseException) -> bool:
-    """The broker is unreachable or not ready (restarting, electing leaders, the topic's
-    metadata not back yet): wait and try again. Anything else is a bug or a bad
-    configuration and stops the worker with its message."""
-    while isinstance(exc, LedgerError) and exc.__cause__ is not None:
-        exc = exc.__cause__
-    if isinstance(exc, KafkaTimeoutError | asyncio.TimeoutError | ConnectionError):
-        return True
-    return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))
-
 
 class Step:
     """The chosen processors' reaction to a batch of job-events, heartbeats and meter ticks."""
@@ -119,8 +106,8 @@ class Step:
         self._views: dict[str, tuple[float, JobView]] = {}
         """Job -> (read offset, view as of it): each job-event is folded once."""
         self._node_commands = settings.topic("node-commands")
-        self.outage = Outage(f"Kafka at {settings.kafka_bootstrap}", logger=log)
-        """The broker as this worker sees it: one log line when it goes, one when it is back."""
+        self.outage = ledger.outage
+        """The broker as this process sees it: one log line when it goes, one when back."""
         self._heartbeats = settings.topic("heartbeats")
         self.heard_offsets: dict[int, int] = {}
         """Heartbeats partition -> next offset to process (the watchdog's receive progress)."""
@@ -172,14 +159,19 @@ class Step:
         await self.flush(batch)
 
     async def retrying(self, operation: Callable[[], Awaitable[_T]]) -> _T:
-        """``operation`` until it succeeds, waiting out broker outages (see :data:`BROKER_BACKOFF`).
+        """``operation`` until it succeeds, waiting out broker outages (the settings'
+        reconnect backoff; one log line when the broker goes, one when it is back).
 
         The worker does not stop for an outage: the batch being processed is neither
         acked nor committed until its sends are acknowledged, and a retried send repeats
         events with the same deterministic ids, which every reader drops as duplicates.
         """
         return await retrying(
-            operation, outage=self.outage, transient=broker_transient, backoff=BROKER_BACKOFF
+            operation,
+            outage=self.outage,
+            transient=broker_unavailable,
+            backoff=self.settings.reconnect_backoff(),
+            on_failure=self.ledger.reset_producer,
         )
 
     async def flush(self, batch: Batch) -> None:
@@ -202,9 +194,17 @@ class Step:
                 for topic, key, value in sends
             ]
             await self.retrying(lambda: self._send(encoded))
+        produced: dict[str, int] = {}
+        for topic, _, _ in sends:
+            produced[topic] = produced.get(topic, 0) + 1
+        metrics.count_by_topic(metrics.EVENTS_PRODUCED, produced)
+        if decisions and batch.newest_s is not None:
+            metrics.DECISION_LATENCY.labels(decider="processors").observe(
+                max(0.0, time.time() - batch.newest_s)
+            )
 
     async def _send(self, encoded: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]) -> None:
-        producer = self.ledger.producer
+        producer = await self.ledger.ready_producer()
         pending: list[asyncio.Future[Any]] = []
         try:
             for topic, key, value, headers in encoded:
@@ -215,15 +215,9 @@ class Step:
             for future in pending:  # the rest fail too; do not leave their errors unread
                 if future.done() and not future.cancelled():
                     future.exception()
-            raise LedgerError(f"the broker did not acknowledge an append: {exc}") from exc
-        produced: dict[str, int] = {}
-        for topic, _, _ in sends:
-            produced[topic] = produced.get(topic, 0) + 1
-        metrics.count_by_topic(metrics.EVENTS_PRODUCED, produced)
-        if decisions and batch.newest_s is not None:
-            metrics.DECISION_LATENCY.labels(decider="processors").observe(
-                max(0.0, time.time() - batch.newest_s)
-            )
+            raise BrokerUnavailableError(
+                f"the broker did not acknowledge an append: {type(exc).__name__}: {exc}"
+            ) from exc
 
     # ----------------------------------------------------------------------- views
 

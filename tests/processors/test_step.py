@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
+from aiokafka.errors import KafkaConnectionError
 
 from projections.accounting import account
 from projections.decisions import PROCESSORS, settle
@@ -28,10 +28,8 @@ from projections.job_state import project
 from schemas import codec
 from schemas.errors import EventDecodeError, LedgerError
 from schemas.events import TERMINAL_EVENTS, Event, JobSubmitted, MeterTick
-from services.backoff import Backoff
 from services.ledger.client import DLQ_CONSUMER, partition_for
 from services.processors import build_processors
-from services.processors import step as step_module
 from services.settings import Settings
 from services.simulator.histories import job_history
 from services.simulator.mix import JobMix
@@ -92,8 +90,8 @@ class Broker:
         return out
 
 
-def worker(broker: Broker) -> Any:
-    processors = build_processors(SETTINGS)
+def worker(broker: Broker, settings: Settings = SETTINGS) -> Any:
+    processors = build_processors(settings)
     processors.ledger._producer = broker  # type: ignore[assignment]
     now = datetime.now(UTC)
     for partition in range(SETTINGS.job_partitions):
@@ -211,11 +209,12 @@ class FlakyBroker(Broker):
 
 @pytest.mark.parametrize("path", fixture_paths()[:4], ids=lambda p: p.stem)
 async def test_a_broker_outage_is_waited_out_and_changes_nothing(path, monkeypatch, caplog):
-    monkeypatch.setattr(step_module, "BROKER_BACKOFF", Backoff(initial_s=0.001, cap_s=0.005))
     events, ticks, _ = load(path)
     facts = [e for e in events if is_fact(e)]
     broker = FlakyBroker()
-    processors = worker(broker)
+    quick = SETTINGS.model_copy(update={"reconnect_initial_s": 0.001, "reconnect_max_s": 0.005})
+    processors = worker(broker, quick)
+    processors.ledger.idempotent = False  # keep the fake producer across failures
     with caplog.at_level(logging.INFO):
         for n, fact in enumerate(facts):
             await append(broker, fact)
@@ -236,7 +235,7 @@ async def test_an_error_that_is_not_an_outage_still_stops_the_batch():
     processors = worker(broker)
 
     async def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise MessageSizeTooLargeError("record too large")
+        raise LedgerError("a bug: record too large")
 
     broker.send = refuse  # type: ignore[method-assign]
     job = JobSubmitted(
