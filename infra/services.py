@@ -55,6 +55,7 @@ class ServiceSpec:
     ops_port: int | str = "auto"
     restart: bool = True
     wrapper: list[str] = field(default_factory=list)
+    """A command the service runs under, e.g. ``["faketime", "-f", "-120s"]``."""
 
 
 def tail(path: Path, lines: int = 30) -> str:

@@ -9,7 +9,7 @@ export DEBIAN_FRONTEND=noninteractive
 # Go is not a package here (Debian 12 ships 1.19): `dev up` uses an installed Go >= 1.21
 # or fetches the toolchain from the Go module proxy to build SeaweedFS (infra/seaweedfs.py).
 # chromium, chromium-driver: the console's browser tests (tests/console, Selenium).
-# faketime: the chaos suite's clock faults (libfaketime).
+# faketime: the chaos suite's clock faults and tests/system's shifted agent (libfaketime).
 PACKAGES=(docker.io docker-compose debootstrap busybox-static postgresql openjdk-17-jre-headless
           maven faketime ca-certificates python3 python3-venv make chromium chromium-driver)
 
