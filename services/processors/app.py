@@ -105,6 +105,8 @@ class Processors:
         self._probes: deque[tuple[datetime, dict[int, int]]] = deque(maxlen=1024)
         """(probe time, heartbeats partition -> end offset) not yet known to be processed."""
         self._heard_through: datetime | None = None
+        self._told_deaf = False
+        """Whether the log last said the watchdog cannot hear (it says so on change only)."""
         self._probe_consumer: AIOKafkaConsumer | None = None
         self.thresholds = watchdog.Thresholds(
             silence_s=settings.watchdog_silence_s,
@@ -219,17 +221,20 @@ class Processors:
     async def _hear(self, now: datetime) -> None:
         """Probe what the broker holds on the watchdog's heartbeat partitions and fold the
         answer into :attr:`hearing`, logging once when it turns deaf and once when not."""
-        was_deaf = self.hearing.is_deaf(now)
         heard_through, why = await self._probe(now)
         self.hearing = self.hearing.observe(heard_through)
-        if self.hearing.is_deaf(now) and not was_deaf:
+        deaf = self.hearing.is_deaf(utcnow())
+        if deaf == self._told_deaf or (deaf and self.hearing.heard is None and not why):
+            return  # no change, or a worker still catching up after its start: no news
+        self._told_deaf = deaf
+        if deaf:
             log.warning(
                 "watchdog cannot hear heartbeats (%s); silence is not counted and no attempt "
                 "is declared unresponsive or lost until it can",
                 why
                 or f"processing trails the broker by more than {self.hearing.lag_threshold_s:g} s",
             )
-        elif was_deaf and not self.hearing.is_deaf(now):
+        else:
             gap = self.hearing.deaf[-1] if self.hearing.deaf else (now, now)
             log.warning(
                 "watchdog hears heartbeats again; %.1f s of deafness are not counted as silence",

@@ -1,0 +1,76 @@
+"""The broker SIGKILLed for 25 s while jobs run: every job still ends as it really did.
+
+A PRIVATE stack (``tests.system.outage_stack.PrivateStack``: own home, free
+ports), its broker SIGKILLed and restarted. Real sink, api, scheduler, processors
+and one real agent process on Docker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.system.conftest import System, bound_s, run_system, sh, system_settings, workdir
+from tests.system.outage_stack import PrivateStack
+
+pytestmark = pytest.mark.integration
+
+OUTAGE_S = 25.0
+
+
+@pytest.fixture
+def stack() -> Iterator[PrivateStack]:
+    stack = PrivateStack().up()
+    try:
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.fixture
+def outage_system(stack: PrivateStack) -> Iterator[System]:
+    work = workdir()
+    yield from run_system(system_settings(stack.settings, work), work)
+
+
+def test_jobs_running_through_a_broker_outage_end_with_their_true_status(
+    stack: PrivateStack,
+    outage_system: System,
+) -> None:
+    system = outage_system
+    system.start_agent("node-1", provider="acme", count=4)
+    limits = {"queue_timeout_s": 120, "max_runtime_s": 120}
+    specs = {
+        exit_code: sh(f"echo working; sleep 8; echo done; exit {exit_code}", limits=limits)
+        for exit_code in (0, 1)
+    }
+    jobs = {system.submit(specs[code]): code for code in (0, 0, 1, 1)}
+    system.wait_status(list(jobs), {"running"}, 120)
+
+    stack.kill_kafka()
+    time.sleep(OUTAGE_S)  # the fault itself: the processes finish while nobody can hear
+    stack.start_kafka()
+    system.wait_terminal(list(jobs), 240)  # check_alive on every poll: no service died
+
+    for job_id, code in jobs.items():
+        doc = system.job(job_id)
+        types = [e["type"] for e in system.events(job_id)]
+        assert "AttemptLost" not in types, (job_id, types)
+        assert len(doc["attempts"]) == 1, (job_id, types)
+        if code == 0:
+            assert doc["status"] == "succeeded", (job_id, doc.get("failure"), types)
+        else:
+            assert doc["status"] == "failed", (job_id, types)
+            assert doc["failure"]["failure_class"] == "user_process_error"
+            assert doc["failure"]["attribution"] == "user"
+        record = system.check_invariants(job_id, bound_s(specs[code], system.settings))
+        assert record["billable_gpu_seconds"] > 0 and record["credited_gpu_seconds"] == 0
+
+    # The processors rode it out, and said so once each way (not a traceback per retry).
+    said = system.log("processors")
+    assert said.count("is unreachable") == 1, said[-3000:]
+    assert said.count("is back after") >= 1
+    assert said.count("watchdog cannot hear heartbeats") == 1, said[-3000:]
+    assert "stopping this worker" not in said
