@@ -22,9 +22,10 @@ from services.settings import COMPACTED_TOPICS, NODE_KEYED_TOPICS, TOPIC_NAMES, 
 TOPIC_ALREADY_EXISTS = 36
 UNKNOWN_TOPIC_OR_PARTITION = 3
 DEAD_LETTER = "dead-letter"
-BROKER_TIMED = frozenset({"heartbeats", "job-events"})
+BROKER_TIMED = frozenset({"heartbeats", "job-events", "node-events"})
 """Topics whose records carry the broker's append time, not the producer's clock: the
-watchdog judges an agent's silence by when the platform heard it (docs/watchdog.md)."""
+watchdog judges an agent's silence, and the scheduler a node's liveness, by when the
+platform heard it (docs/watchdog.md)."""
 
 
 @dataclass(frozen=True)

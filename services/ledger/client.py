@@ -23,6 +23,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -61,6 +62,26 @@ def broker_unavailable(exc: BaseException) -> bool:
     that reaches a caller unwrapped may be Postgres's (the API tells the two apart).
     """
     return isinstance(exc, BrokerUnavailableError | KafkaError)
+
+
+LOG_APPEND_TIME = 1
+"""Kafka's timestamp type of a record stamped by the broker on append."""
+
+
+def heard_at(record: object, received: datetime | None) -> datetime | None:
+    """When the platform heard a consumed record: the broker's append time when the topic
+    records it (``message.timestamp.type=LogAppendTime``), else ``received``.
+
+    Either way the receiving side's clock, never the producer's: an agent whose clock
+    is off cannot move its own deadlines (the watchdog's silence, a node's liveness).
+    """
+    if getattr(record, "timestamp_type", None) == LOG_APPEND_TIME:
+        stamp = getattr(record, "timestamp", None)
+        if isinstance(stamp, int | float) and stamp > 0:
+            # faust gives seconds (float), aiokafka milliseconds (int).
+            seconds = stamp / 1000 if isinstance(stamp, int) else stamp
+            return datetime.fromtimestamp(seconds, UTC)
+    return received
 
 
 def partition_for(key: str, partitions: int) -> int:

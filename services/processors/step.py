@@ -42,10 +42,10 @@ from schemas.events import (
 from schemas.views import JobView
 from services.backoff import retrying
 from services.ledger import Ledger
-from services.ledger.client import BrokerUnavailableError, broker_unavailable
+from services.ledger.client import BrokerUnavailableError, broker_unavailable, heard_at
 from services.ops import metrics
 from services.processors import dispatch
-from services.processors.store import LOCAL, JobStore, heard_at
+from services.processors.store import LOCAL, JobStore
 from services.settings import Settings
 
 log = logging.getLogger(__name__)

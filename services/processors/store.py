@@ -22,7 +22,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from aiokafka import TopicPartition
 
@@ -30,11 +30,9 @@ from schemas import codec
 from schemas.errors import EventDecodeError
 from schemas.events import AttemptHeartbeat, Event, MeterTick
 from services.ledger import Ledger
+from services.ledger.client import heard_at
 
 log = logging.getLogger(__name__)
-
-LOG_APPEND_TIME = 1
-"""Kafka's timestamp type of a record stamped by the broker on append."""
 
 LOCAL = math.inf
 """Offset of an event this process appended and has not read back yet."""
@@ -51,8 +49,9 @@ class JobLog:
     heartbeats: dict[int, AttemptHeartbeat] = field(default_factory=dict)
     """Latest heartbeat of each attempt."""
     heard: dict[str, datetime] = field(default_factory=dict)
-    """Event id -> when the platform heard it (see :func:`heard_at`); job-events and the
-    latest heartbeats. The watchdog times silence by these, not by ``occurred_at``."""
+    """Event id -> when the platform heard it (``services.ledger.client.heard_at``), for
+    job-events and the latest heartbeats. The watchdog times silence by these, not by
+    ``occurred_at``."""
 
     def add(self, offset: float, event: Event, heard: datetime | None = None) -> bool:
         """Keep ``event`` at ``offset`` unless its id is known; True when it was new."""
@@ -96,22 +95,6 @@ class JobLog:
 
     def has(self, event_id: str) -> bool:
         return event_id in self.ids
-
-
-def heard_at(record: object, received: datetime | None) -> datetime | None:
-    """When the platform heard a consumed record: the broker's append time when the topic
-    records it (``message.timestamp.type=LogAppendTime``), else ``received``.
-
-    Either way it is the receiving side's clock, never the producer's: an agent whose
-    clock is off cannot move its own deadlines.
-    """
-    if getattr(record, "timestamp_type", None) == LOG_APPEND_TIME:
-        stamp = getattr(record, "timestamp", None)
-        if isinstance(stamp, int | float) and stamp > 0:
-            # faust gives seconds (float), aiokafka milliseconds (int).
-            seconds = stamp / 1000 if isinstance(stamp, int) else stamp
-            return datetime.fromtimestamp(seconds, UTC)
-    return received
 
 
 class JobStore:

@@ -132,12 +132,13 @@ class SchedulerState:
 
     # ----------------------------------------------------------------------- observe
 
-    def observe(self, event: Event) -> None:
-        """Fold one node- or job-event. Idempotent: duplicates and replays change nothing."""
+    def observe(self, event: Event, heard_at: datetime | None = None) -> None:
+        """Fold one node- or job-event (a node event heard at ``heard_at``, see
+        :meth:`Fleet.apply`). Idempotent: duplicates and replays change nothing."""
         if not isinstance(event, FOLDED):
             return
         if isinstance(event, NodeEvent):
-            self.fleet.apply(event)
+            self.fleet.apply(event, heard_at)
             return
         if isinstance(event, CheckpointStored):
             self.checkpoints[event.job_id] = event.ref()

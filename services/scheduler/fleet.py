@@ -37,6 +37,7 @@ class NodeState:
     reported_free: frozenset[int] | None = None
     """Free indices from the last heartbeat; None until the first one (all free)."""
     last_seen: datetime | None = None
+    """When the node was last heard from (the broker's append time of its latest event)."""
     lost_at: datetime | None = None
     """When an attempt on this node was last declared lost (the watchdog's clock)."""
     drained: bool = False
@@ -91,8 +92,10 @@ class Fleet:
 
     # ----------------------------------------------------------------------- node events
 
-    def apply(self, event: NodeEvent) -> None:
-        """Fold one node event. Idempotent for repeated heartbeats and registrations."""
+    def apply(self, event: NodeEvent, heard_at: datetime | None = None) -> None:
+        """Fold one node event, heard at ``heard_at`` (the broker's append time; the
+        event's own ``occurred_at`` when not known). Liveness is judged by when the
+        platform heard the node, never by the node's clock. Idempotent."""
         node = self.nodes.get(event.node_id)
         if node is None:
             node = self.nodes[event.node_id] = NodeState(event.node_id)
@@ -114,8 +117,9 @@ class Fleet:
             node.reported_free = frozenset(event.free_gpu_indices)
         elif isinstance(event, NodeDrained):
             node.drained = True
-        if node.last_seen is None or event.occurred_at > node.last_seen:
-            node.last_seen = event.occurred_at
+        seen = heard_at or event.occurred_at
+        if node.last_seen is None or seen > node.last_seen:
+            node.last_seen = seen
         self._recompute_free(node)
         self._reindex(node)
 

@@ -23,7 +23,7 @@ from schemas import codec
 from schemas.events import Event
 from services.backoff import retrying
 from services.ledger import Ledger
-from services.ledger.client import broker_unavailable
+from services.ledger.client import broker_unavailable, heard_at
 from services.ops import metrics
 from services.scheduler.core import FOLDED_TYPE_NAMES, SchedulerConfig, SchedulerState
 from services.scheduler.inventory import FitChecker
@@ -139,17 +139,22 @@ class Scheduler:
         try:
             while pending:
                 batch = await consumer.getmany(*pending, timeout_ms=500, max_records=5000)
-                await self._observe(batch)
+                await self._observe(batch, live=False)
                 for tp in list(pending):
                     if await consumer.position(tp) >= ends[tp]:
                         pending.discard(tp)
         finally:
             consumer.resume(*consumer.assignment())
 
-    async def _observe(self, batch) -> bool:  # type: ignore[no-untyped-def]
-        """Fold a batch; True when anything but the scheduler's own decisions was in it."""
+    async def _observe(self, batch, live: bool = True) -> bool:  # type: ignore[no-untyped-def]
+        """Fold a batch; True when anything but the scheduler's own decisions was in it.
+
+        Node events count as heard at the broker's append time, else (live) now; a
+        rebuild that finds no append time falls back to the events' own times.
+        """
         seen = False
         own = self._own
+        received = utcnow() if live else None
         for raws in batch.values():
             for raw in raws:
                 if own:
@@ -162,7 +167,7 @@ class Scheduler:
                     continue
                 record = await self.ledger.decode(raw, "scheduler")
                 if record is not None and isinstance(record.value, Event):
-                    self.state.observe(record.value)
+                    self.state.observe(record.value, heard_at(raw, received))
                     seen = True
         return seen
 

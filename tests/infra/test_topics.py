@@ -30,14 +30,14 @@ async def test_created_topics_are_listed_with_their_partitions_and_cleanup_polic
 
 
 async def test_heartbeats_and_job_events_are_stamped_by_the_broker(topics):
-    # The watchdog times silence by when the platform heard a record, not by the agent.
+    # Silence and liveness are timed by when the platform heard a record, not by the agent.
     configs = await topic_configs(topics, ["message.timestamp.type"])
     stamped = {
         name
         for name in TOPIC_NAMES
         if configs[topics.topic(name)]["message.timestamp.type"] == "LogAppendTime"
     }
-    assert stamped == {"heartbeats", "job-events"}
+    assert stamped == {"heartbeats", "job-events", "node-events"}
 
 
 async def test_ensure_topics_is_idempotent(topics):

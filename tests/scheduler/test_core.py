@@ -449,3 +449,16 @@ def test_the_job_s_own_avoid_nodes_stay_a_hard_rule() -> None:
     (queued,) = run(s, submit("j", placement={"avoid_nodes": ["a"]}))
     assert isinstance(queued, JobQueued)
     assert s.decide(at(100)) == []
+
+
+def test_a_node_s_liveness_is_judged_by_when_it_was_heard_not_by_its_clock() -> None:
+    behind = fallback_state()
+    behind.observe(node("slow", at=T0 - timedelta(seconds=120)), heard_at=T0)
+    (_, placed) = run(behind, submit("j"))
+    assert isinstance(placed, AttemptScheduled) and placed.node_id == "slow"
+
+    ahead = fallback_state()
+    ahead.observe(node("fast", at=T0 + timedelta(seconds=120)), heard_at=T0)
+    (queued,) = run(ahead, submit("k"), now=at(31))  # heard 31 s ago: silent (timeout 30)
+    assert isinstance(queued, JobQueued)
+    assert ahead.decide(at(31)) == []
