@@ -33,6 +33,8 @@ import pytest
 
 from infra.services import LOCAL_AGENT_ENV, ServiceSpec, tail
 from infra.topics import delete_topics, ensure_topics
+from projections.bounds import Thresholds, terminal_bound_s
+from schemas.spec import JobSpec
 from schemas.views import TERMINAL_STATUSES
 from services.agent.runtime import LABEL_NODE
 from services.cli.client import ApiClient, base_url, resolve_token
@@ -123,7 +125,7 @@ class System:
     ) -> None:
         """A real agent process (``wrapper`` runs it under, e.g., ``faketime``)."""
         args = self.agent_args(node_id, provider, count)
-        self.services.start(ServiceSpec(f"agent-{node_id}", args, AGENT_ENV, wrapper or []))
+        self.services.start(ServiceSpec(f"agent-{node_id}", args, AGENT_ENV, wrapper=wrapper or []))
         if node_id not in self.nodes:
             self.nodes.append(node_id)
         self.wait_for(lambda: self.node_ready(node_id), 90, f"agent {node_id} to register")
@@ -220,8 +222,8 @@ class System:
 
     # ------------------------------------------------------------------ invariants
 
-    def check_invariants(self, job_id: str, bound_s: float) -> dict[str, Any]:
-        """Exactly one terminal event, within ``bound_s`` of the submission; a final
+    def check_invariants(self, job_id: str, bound: float) -> dict[str, Any]:
+        """Exactly one terminal event, within ``bound`` seconds of the submission; a final
         accounting record with billable + credited = held for the job and each attempt."""
         events = self.events(job_id)
         terminals = {e["event_id"]: e for e in events if e["type"] in TERMINAL_EVENTS}
@@ -231,7 +233,7 @@ class System:
         took = (
             parse_time(terminal["occurred_at"]) - parse_time(submitted["occurred_at"])
         ).total_seconds()
-        assert took <= bound_s, f"{job_id} ended after {took:.1f} s, bound {bound_s:.0f} s"
+        assert took <= bound, f"{job_id} ended after {took:.1f} s, bound {bound:.0f} s"
         record = self.accounting(job_id)
         assert record["final"] is True
         total = record["billable_gpu_seconds"] + record["credited_gpu_seconds"]
@@ -242,25 +244,10 @@ class System:
         return record
 
 
-def bound_s(spec: dict[str, Any], settings: Settings, attempts: int = 1) -> float:
-    """The longest a job may take to end, from its spec and the settings: per attempt the
-    queue deadline, the dispatch deadline, the runtime limit, the silence and lost
-    deadlines and the finishing deadline, plus the backoff between attempts."""
-    limits = spec.get("limits", {})
-    retry = spec.get("retry", {})
-    per_attempt = (
-        limits.get("queue_timeout_s", 600)
-        + settings.scheduler_dispatch_timeout_s
-        + limits.get("max_runtime_s", 3600)
-        + settings.watchdog_silence_s
-        + settings.watchdog_lost_after_s
-        + settings.watchdog_finishing_timeout_s
-    )
-    backoff = sum(
-        min(retry.get("backoff_cap_s", 300), retry.get("backoff_s", 5) * 2**n)
-        for n in range(attempts - 1)
-    )
-    return attempts * per_attempt + backoff
+def bound_s(spec: dict[str, Any], settings: Settings, deaf_s: float = 0.0) -> float:
+    """The job's bound (``projections.bounds``, from its spec and the settings), plus the
+    time the platform could not hear (``deaf_s``), which the bound does not count."""
+    return terminal_bound_s(JobSpec(**spec), Thresholds.of(settings)) + deaf_s
 
 
 def system_settings(base: Settings, home: Path, **overrides: Any) -> Settings:

@@ -50,7 +50,7 @@ def test_a_lost_node_s_job_resumes_on_the_same_provider_s_spare(system: System) 
     assert retry["avoidance"]["providers"] == ["acme"] and retry["avoidance"]["nodes"] == [first]
     assert f"fell back to provider acme on node {spare}" in retry["reason"]
 
-    record = system.check_invariants(job_id, bound_s(spec, system.settings, attempts=2))
+    record = system.check_invariants(job_id, bound_s(spec, system.settings))
     lines = {a["attempt"]: a for a in record["attempts"]}
     assert lines[1]["credited_gpu_seconds"] > 0 and lines[1]["billable_gpu_seconds"] == 0
     assert lines[2]["billable_gpu_seconds"] > 0 and lines[2]["credited_gpu_seconds"] == 0
@@ -72,6 +72,6 @@ def test_exit_137_without_an_oom_kill_on_a_one_node_fleet_ends_long_before_the_q
     retry = scheduled_events(system, job_id)[-1]
     assert retry["avoidance"]["fell_back_to"] == "node"
     assert "fell back to the same node only-node" in retry["reason"]
-    record = system.check_invariants(job_id, bound_s(spec, system.settings, attempts=2))
+    record = system.check_invariants(job_id, bound_s(spec, system.settings))
     assert record["credited_gpu_seconds"] > 0  # unknown: the platform's, not billed
     assert record["billable_gpu_seconds"] == 0
