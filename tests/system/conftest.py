@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -38,7 +37,7 @@ from schemas.spec import JobSpec
 from schemas.views import TERMINAL_STATUSES
 from services.agent.runtime import LABEL_NODE
 from services.cli.client import ApiClient, base_url, resolve_token
-from services.ops.supervisor import Supervisor
+from services.ops.supervisor import Supervisor, free_port
 from services.settings import Settings, load_settings
 from tests.agent.conftest import remove_node_containers
 
@@ -70,12 +69,6 @@ TERMINAL_EVENTS = {
 }
 
 TERMINAL = set(TERMINAL_STATUSES)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def gpus(count: int = 2, model: str = "NVIDIA A10G") -> list[dict[str, Any]]:
