@@ -75,5 +75,8 @@ def test_jobs_running_through_a_broker_outage_end_with_their_true_status(
     said = system.log("processors")
     assert said.count("is unreachable") == 1, said[-3000:]
     assert said.count("is back after") >= 1
-    assert said.count("watchdog cannot hear heartbeats") == 1, said[-3000:]
+    # Deaf while the broker was away (and maybe again briefly while the group rebalanced
+    # after it): said on each change, never per tick.
+    deaf, hearing = said.count("watchdog cannot hear"), said.count("watchdog hears heartbeats")
+    assert 1 <= deaf == hearing <= 3, said[-3000:]
     assert "stopping this worker" not in said
