@@ -46,7 +46,8 @@ class ServiceSpec:
     ``/readyz``, ``/metrics``; passed as ``GRIDLEDGER_OPS_PORT``), 0 none, or a number.
     ``restart``: whether the supervisor restarts it when it crashes.
     ``wrapper``: a command the service runs under (``ip netns exec NS`` for the
-    chaos suite's partitioned agent); empty for none.
+    chaos suite's partitioned agent, ``faketime -f -120s`` for a shifted clock); empty
+    for none.
     """
 
     name: str
@@ -55,7 +56,6 @@ class ServiceSpec:
     ops_port: int | str = "auto"
     restart: bool = True
     wrapper: list[str] = field(default_factory=list)
-    """A command the service runs under, e.g. ``["faketime", "-f", "-120s"]``."""
 
 
 def tail(path: Path, lines: int = 30) -> str:
