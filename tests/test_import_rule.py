@@ -21,6 +21,22 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
+# Pure deciders that live beside their adapters in services/. Each must pass the same
+# rules as projections/: no infrastructure client in its import graph, no clock, no dice.
+# services/agent/logs.py is not listed: it times flushes with time.monotonic by default
+# and guards its buffers with a threading.Condition.
+PURE_SERVICE_MODULES = (
+    "services/scheduler/core.py",
+    "services/scheduler/fleet.py",
+    "services/scheduler/placement.py",
+    "services/scheduler/queue.py",
+    "services/processors/watchdog.py",
+    "services/processors/dispatch.py",
+    "services/sink/rows.py",
+    "services/agent/meter.py",
+)
+
+
 def test_core_imports_no_infrastructure_client() -> None:
     out = subprocess.run(
         [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True
@@ -28,6 +44,66 @@ def test_core_imports_no_infrastructure_client() -> None:
     loaded = json.loads(out.stdout)
     leaked = [m for m in loaded if m.split(".")[0] in FORBIDDEN_MODULES]
     assert leaked == [], f"projections/schemas pulled in {leaked}"
+
+
+def _module_path(name: str) -> Path | None:
+    """The project file a dotted module name resolves to, or None for third-party ones."""
+    base = ROOT.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _import_graph_leaks(start: Path) -> list[str]:
+    """Forbidden modules reachable from ``start`` through the project's own imports.
+
+    Static, not a live import: importing ``services.scheduler.core`` runs
+    ``services/scheduler/__init__.py``, which re-exports the Kafka-backed service; the
+    decider's own code does not depend on it, and that is what the rule is about. A
+    package named in an import is followed through its ``__init__``.
+    """
+    leaks: list[str] = []
+    seen: set[Path] = set()
+    todo = [start]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in FORBIDDEN_MODULES:
+                    leaks.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name}")
+                elif (target := _module_path(name)) is not None:
+                    todo.append(target)
+    return leaks
+
+
+def test_pure_service_modules_import_no_infrastructure_client() -> None:
+    leaks = [leak for module in PURE_SERVICE_MODULES for leak in _import_graph_leaks(ROOT / module)]
+    assert leaks == [], f"pure deciders in services/ reach infrastructure clients: {leaks}"
+
+
+def test_pure_service_modules_read_no_clock_and_no_randomness() -> None:
+    problems = [v for module in PURE_SERVICE_MODULES for v in _violations(ROOT / module)]
+    assert problems == []
+
+
+def test_the_graph_walk_catches_an_indirect_import(tmp_path: Path) -> None:
+    # A listed module that imports a project module which imports aiokafka must fail.
+    assert _import_graph_leaks(ROOT / "services/processors/watchdog.py") == []
+    leaks = _import_graph_leaks(ROOT / "services/processors/app.py")
+    assert leaks, "services/processors/app.py builds a Kafka app; the walk must see that"
+    shim = tmp_path / "shim.py"
+    shim.write_text("from services.ledger.client import Ledger\n")
+    assert any("aiokafka" in leak for leak in _import_graph_leaks(shim))
 
 
 # Calls that read the clock or a random source: time must come from events.
