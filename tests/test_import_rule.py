@@ -102,7 +102,7 @@ def test_the_graph_walk_catches_an_indirect_import(tmp_path: Path) -> None:
     leaks = _import_graph_leaks(ROOT / "services/processors/app.py")
     assert leaks, "services/processors/app.py builds a Kafka app; the walk must see that"
     shim = tmp_path / "shim.py"
-    shim.write_text("from services.ledger.client import Ledger\n")
+    shim.write_text("from services.ledger.client import LedgerRecord\n")
     assert any("aiokafka" in leak for leak in _import_graph_leaks(shim))
 
 
