@@ -1,4 +1,6 @@
-"""The local KRaft Kafka cluster run from Maven Central jars (design.md section 10).
+"""The local KRaft Kafka cluster run from Maven Central jars.
+
+See docs/architecture.md, "The local stack".
 
 By default one combined broker+controller node. Layout under ``<home>/kafka``:
 ``lib/`` (jars, fetched once by Maven), ``server.properties``,

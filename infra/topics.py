@@ -1,4 +1,6 @@
-"""Create and delete the topics of design.md section 3 with explicit partition counts.
+"""Create and delete the topics with explicit partition counts.
+
+The topics and their keys: docs/architecture.md, "Topics and keys".
 
 The broker never auto-creates topics (``auto.create.topics.enable=false``), so
 every service and test relies on :func:`ensure_topics`. Tests call it with

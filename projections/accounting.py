@@ -1,4 +1,6 @@
-"""Accounting: what each attempt held, what the meter saw, what is owed (design.md section 8).
+"""Accounting: what each attempt held, what the meter saw, what is owed.
+
+See docs/architecture.md, "Accounting".
 
 Two independent measures per attempt: the lifecycle (ComputeHeld to
 ComputeReleased, times the GPU count) and the meter (the agent's MeterTicks,

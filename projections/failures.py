@@ -1,4 +1,6 @@
-"""Failure classification: whose fault, what happened, what to do next (design.md section 6).
+"""Failure classification: whose fault, what happened, what to do next.
+
+See docs/architecture.md, "Failure classes".
 
 The rules are data: :data:`RULES` is an ordered table of :class:`Rule` rows and
 the first row whose matchers all hold decides the class. Adding a failure mode

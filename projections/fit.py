@@ -1,4 +1,6 @@
-"""Pre-flight fit: can any node of the fleet ever hold this job? (design.md principle 6)
+"""Pre-flight fit: can any node of the fleet ever hold this job?
+
+docs/architecture.md, "Principles": reject the impossible early.
 
 The estimate is deliberately simple and explainable, because its numbers go
 into the rejection message:

@@ -1,4 +1,6 @@
-"""The job-state reducer: a job's events folded into its JobView (design.md section 5).
+"""The job-state reducer: a job's events folded into its JobView.
+
+See docs/architecture.md, "The lifecycle".
 
 ``evolve`` is a ``singledispatch`` mutator over frozen models; ``project`` is the
 fold. The reducer never raises on an unexpected or out-of-order event: it

@@ -1,6 +1,6 @@
 """Retry decisions: a pure function of the job's view, the classification and a policy.
 
-Design.md section 7. Platform failures are retried up to the job's
+See docs/architecture.md, "Retries". Platform failures are retried up to the job's
 ``retry.max_attempts`` (3 by default, the first attempt included) with
 exponential backoff ``backoff_s x 2^(n-1)`` capped at ``backoff_cap_s``.
 Deterministic user errors are never retried unless the job opts in; every

@@ -1,7 +1,7 @@
 """Every event gridledger writes, as frozen pydantic models.
 
-Each event carries the envelope of design.md section 3 (``event_id``, ``job_id``,
-``attempt``, ``type``, ``occurred_at``, ``producer``, ``causation_id``,
+Each event carries the envelope (docs/architecture.md, "Events": ``event_id``,
+``job_id``, ``attempt``, ``type``, ``occurred_at``, ``producer``, ``causation_id``,
 ``schema_version``) followed by its own fields. Events are facts in the past
 tense; decisions (``FailureClassified``, ``RetryScheduled``, terminal events) are
 events too, so a job's history explains itself.
@@ -49,7 +49,7 @@ def derived_event_id(causation_id: str, processor: str, suffix: str = "") -> str
     """Deterministic id for an event derived from another one.
 
     Re-processing the same input after a crash yields the same id, so folds and
-    sinks drop the duplicate (design.md principle 3).
+    sinks drop the duplicate (docs/architecture.md, "Principles": idempotent everywhere).
     """
     # uuid.uuid5 by hand: the same bytes, without building a UUID object (4x cheaper, and
     # the scheduler and processors derive an id for every decision they make).

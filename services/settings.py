@@ -31,7 +31,7 @@ TOPIC_NAMES = (
     "accounting",
     "dead-letter",
 )
-"""Topic suffixes of design.md section 3; the full name is ``topic_prefix + suffix``."""
+"""Topic suffixes (docs/architecture.md, "Topics and keys"); name: ``topic_prefix + suffix``."""
 
 COMPACTED_TOPICS = frozenset({"job-state", "accounting"})
 NODE_KEYED_TOPICS = frozenset({"node-events", "node-commands"})

@@ -1,4 +1,6 @@
-"""The demo's fleet and jobs: one job per failure mode of design.md section 6.
+"""The demo's fleet and jobs: one job per failure mode.
+
+The classes: docs/architecture.md, "Failure classes".
 
 The same catalogue drives ``gridledger demo`` and the end-to-end tests, so
 what the demo shows is what the tests assert. Jobs use only the locally built
