@@ -214,7 +214,16 @@ class Phase:
                 f"no Kafka jars in {self.shared.home}/kafka/lib: run `gridledger dev up` once"
             )
         began = time.monotonic()
-        await stack.up(self.settings)
+        try:
+            await stack.up(self.settings)
+        except Exception as exc:
+            # Free ports are picked before they are bound: on a machine where other test
+            # runs pick ports too, one may be taken in between. Once more on new ports.
+            self.say(f"[{self.config.name}] the private stack did not start ({exc}); retrying")
+            await asyncio.to_thread(stack.down, self.settings)
+            self.settings = private_settings(self.shared, self.home, brokers=self.config.brokers)
+            self.services = Services(self.settings, self.home / "logs" / "services")
+            await stack.up(self.settings)
         self.token = tokens.token_for(self.settings, "dev")
         self.say(
             f"[{self.config.name}] private stack in {self.home}: {self.config.brokers} broker(s) "
