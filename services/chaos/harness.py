@@ -195,6 +195,7 @@ class Phase:
         self.docker_agents = ["agent-d1", "agent-d2"]
         self.node_ids = {name: f"chaos-{self.run_id}-{name[-2:]}" for name in self.docker_agents}
         self.spool_mount: Path | None = None
+        self.logs_kept: Path | None = None
         self.netns: Namespace | None = None
         self._forwarders: list[subprocess.Popen[bytes]] = []
         self._relays: list[asyncio.Server] = []
@@ -357,6 +358,11 @@ class Phase:
             subprocess.run(["umount", "-l", str(self.spool_mount)], capture_output=True)
         with contextlib.suppress(Exception):
             await asyncio.to_thread(stack.down, self.settings)
+        # The services' logs outlive the private stack, for whoever reads the report.
+        kept = self.shared.home / "chaos" / f"logs-{self.config.name}-{self.run_id}"
+        with contextlib.suppress(OSError):
+            shutil.copytree(self.home / "logs" / "services", kept, dirs_exist_ok=True)
+        self.logs_kept = kept
         shutil.rmtree(self.home, ignore_errors=True)
 
     # ------------------------------------------------------------------ API probes
@@ -524,6 +530,7 @@ class Phase:
             "faults": [r.to_json() for r in self.results],
             "skipped": self.skipped,
             "no_ops_endpoint": sorted(self.services.no_ops),
+            "service_logs": str(self.logs_kept) if self.logs_kept else None,
             "final": final,
         }
 
