@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from services.ops.supervisor import reap_orphans
+from services.ops.supervisor import free_port, reap_orphans
 from services.settings import Settings
 from tests.ops.test_supervisor import REPO, gone, wait_until
 from tests.sink.pg import private_schema
@@ -62,6 +62,7 @@ async def test_run_health_sigterm(topics: Settings, tmp_path: Path) -> None:
         fleet.write_text(
             "services:\n  - {name: sink, command: [sink]}\n"
             "  - {name: scheduler, command: [scheduler]}\n"
+            f"  - {{name: api, command: [api, --port, '{free_port()}']}}\n"
         )
         run = subprocess.Popen(
             [sys.executable, "-m", "services.cli.main", "run", "--fleet", str(fleet)],
@@ -71,8 +72,15 @@ async def test_run_health_sigterm(topics: Settings, tmp_path: Path) -> None:
             wait_until(lambda: health(env)[0] == 0, 120, "gridledger health to say ready")
             code, report = health(env)
             assert report["supervisor"] is True
-            assert {r["name"] for r in report["services"]} == {"sink", "scheduler"}
+            assert {r["name"] for r in report["services"]} == {"sink", "scheduler", "api"}
             assert all(r["up"] and r["ready"] for r in report["services"])
+            table = subprocess.run(
+                [sys.executable, "-m", "services.cli.main", "health"],
+                capture_output=True, text=True, timeout=60, cwd=REPO, env=env,
+            ).stdout  # fmt: skip
+            print(table)
+            assert "3 service(s), all ready" in table
+            assert all(name in table for name in ("sink", "scheduler", "api"))
 
             # The supervisor itself dies: its children outlive it, and are reaped by pid.
             pids = service_pids(home)
