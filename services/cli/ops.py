@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from services.cli.exits import Exit
 from services.cli.options import Output, output_options
 from services.settings import load_settings
 
@@ -19,7 +20,7 @@ DEFAULT_FLEET = Path("deploy/fleet.yaml")
 @click.command("run", short_help="run sink, api, scheduler, processors and agents, supervised")
 @click.option(
     "--fleet",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=DEFAULT_FLEET,
     show_default=True,
     help="The fleet file: which services, with which flags.",
@@ -56,11 +57,11 @@ def health(out: Output, urls: tuple[str, ...], state: Path | None, timeout: floa
     The services come from the supervisor's state file (`gridledger run`,
     `gridledger demo`) and from --url NAME=URL pairs.
     """
-    from services.ops.health import NOT_READY_EXIT, render_report, report
+    from services.ops.health import render_report, report
 
     data = report(load_settings().home, urls, timeout, state)
     out.emit(data, render_report)
-    return 0 if data["ready"] else NOT_READY_EXIT
+    return Exit.OK if data["ready"] else Exit.JOB_FAILED  # "a check found a problem"
 
 
 COMMANDS = (run, health)

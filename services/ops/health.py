@@ -19,9 +19,6 @@ from typing import Any
 from schemas.errors import GridledgerError
 from services.ops.supervisor import fetch_json, supervisor_alive
 
-NOT_READY_EXIT = 1
-"""Exit status when at least one service is down or not ready."""
-
 
 @dataclass(frozen=True)
 class Target:
