@@ -207,7 +207,7 @@ class Supervisor:
         stable = ran >= self.policy.stable_after_s
         child.crashes_in_a_row = 1 if stable else child.crashes_in_a_row + 1
         limit = self.policy.give_up_after
-        if limit is not None and child.crashes_in_a_row > limit:
+        if limit is not None and child.crashes_in_a_row >= limit:
             child.state = "failed"
             self._note(
                 child,

@@ -11,12 +11,24 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
+from aiokafka import TopicPartition
 
-from services.ops.checks import Check, KafkaCheck, Optional, PostgresCheck
+from services.ledger import Ledger
+from services.ledger.client import partition_for
+from services.ops.checks import (
+    Check,
+    DockerCheck,
+    KafkaCheck,
+    LagCheck,
+    Optional,
+    PostgresCheck,
+    consumer_lag,
+)
 from services.ops.logs import JsonFormatter, log_context
 from services.ops.server import OpsEndpoints, OpsServer
 from services.ops.supervisor import free_port
 from services.settings import Settings
+from tests.sink.scenario import run_facts
 
 
 def closed_port() -> int:
@@ -129,3 +141,55 @@ async def test_an_optional_dependency_away_degrades_but_stays_ready(
     assert body["degraded"] == ["postgres"]
     checks = {c["name"]: c for c in body["checks"]}
     assert checks["postgres"]["ok"] is False and checks["postgres"]["critical"] is False
+
+
+@pytest.mark.integration
+async def test_docker_check_fails_for_a_daemon_that_is_not_there(serve: Any) -> None:
+    import docker
+
+    # An explicit API version: the client then asks the daemon nothing until ping().
+    client = docker.DockerClient(base_url="unix:///nonexistent/docker.sock", version="1.41")
+    base = await serve([DockerCheck(client.ping)])
+    status, body = await get(f"{base}/readyz")
+    assert status == 503
+    assert body["checks"][0]["name"] == "docker" and body["checks"][0]["ok"] is False
+
+
+@pytest.mark.integration
+async def test_lag_above_the_threshold_is_not_ready(topics: Settings, serve: Any) -> None:
+    """A real consumer that read 1 of 6 records: 5 behind, the threshold 2 -> 503."""
+    topic = topics.topic("job-events")
+    async with Ledger(topics, "test") as ledger:
+        job = "job-lagging"
+        await ledger.append_many(run_facts(job, exit_code=0).all()[:6])
+        consumer = ledger.consumer()
+        await consumer.start()
+        try:
+            tp = TopicPartition(topic, partition_for(job, await ledger.partitions(topic)))
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            got: list[Any] = []
+            while not got:
+                got = (await consumer.getmany(tp, timeout_ms=1000, max_records=1)).get(tp, [])
+            lag = LagCheck(lambda: consumer_lag(consumer), max_lag=2)
+            base = await serve([lag])
+            status, body = await get(f"{base}/readyz")
+            assert status == 503, body
+            check = body["checks"][0]
+            assert check["lag"] == 5 and "5 records behind" in check["detail"]
+            metrics_text = await (await _session_get(f"{base}/metrics")).text()
+            assert f'gridledger_consumer_lag{{partition="{tp.partition}",topic="{topic}"}} 5.0' in (
+                metrics_text
+            )
+        finally:
+            await consumer.stop()
+
+
+async def _session_get(url: str) -> Any:
+    session = aiohttp.ClientSession()
+    try:
+        response = await session.get(url)
+        await response.read()
+        return response
+    finally:
+        await session.close()

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.services import ServiceSpec
+from schemas.errors import StackError
 from services.ledger import Ledger
 from services.ops.fleet import RestartPolicy, load_fleet
 from services.ops.supervisor import Supervisor, fetch_json
@@ -209,3 +210,35 @@ async def test_a_service_stopped_on_purpose_is_not_restarted(
     finally:
         supervisor.stop()
     assert gone(supervisor.children["scheduler"].pids[0])
+
+
+def test_restarts_back_off_doubling_up_to_the_cap() -> None:
+    policy = RestartPolicy(initial_backoff_s=0.5, max_backoff_s=3)
+    assert [policy.delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+def test_a_service_that_keeps_crashing_is_given_up_with_its_log(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A real child that exits at once (a usage error): backoff doubles, then it is failed."""
+    policy = RestartPolicy(initial_backoff_s=0.1, max_backoff_s=0.4, give_up_after=3)
+    supervisor = Supervisor(settings, tmp_path / "logs", policy=policy)
+    try:
+        supervisor.start(ServiceSpec("broken", ["no-such-command"], ops_port=0))
+        wait_until(lambda: supervisor.children["broken"].state == "failed", 60, "giving up")
+        with pytest.raises(StackError, match="service broken exited with code 2") as raised:
+            supervisor.check_alive()
+        assert "No such command" in str(raised.value)  # the tail of its log
+    finally:
+        supervisor.stop()
+    child = supervisor.children["broken"]
+    assert child.restarts == 2 and len(child.pids) == 3
+    log = (tmp_path / "logs" / "broken.log").read_text()
+    assert [
+        line.split("restarting in ")[1] for line in log.splitlines() if "restarting in" in line
+    ] == [
+        "0.1 s",
+        "0.2 s",
+    ]
+    assert "3 crashes in a row, giving up" in log
+    assert all(gone(pid) for pid in child.pids)
