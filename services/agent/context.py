@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,13 +17,10 @@ from services.agent.journal import Journal
 from services.agent.runtime import DockerRuntime
 from services.agent.settings import AgentSettings
 from services.agent.spool import Spool
+from services.clock import utcnow
 from services.settings import Settings
 
 T = TypeVar("T")
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass

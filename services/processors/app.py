@@ -41,10 +41,11 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
 from schemas.events import Event
+from services.clock import utcnow
 from services.ledger import Ledger
 from services.ledger.client import broker_unavailable, partition_for
 from services.processors import watchdog
-from services.processors.step import Batch, Step, utcnow
+from services.processors.step import Batch, Step
 from services.processors.store import JobStore
 from services.settings import Settings
 

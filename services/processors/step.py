@@ -19,7 +19,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
@@ -41,6 +40,7 @@ from schemas.events import (
 )
 from schemas.views import JobView
 from services.backoff import retrying
+from services.clock import utcnow
 from services.ledger import Ledger
 from services.ledger.client import BrokerUnavailableError, broker_unavailable, heard_at
 from services.ops import metrics
@@ -61,10 +61,6 @@ class Record(Protocol):
     offset: int
     key: bytes | None
     value: bytes | None
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass

@@ -14,7 +14,6 @@ import contextlib
 import logging
 import socket
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -22,6 +21,7 @@ from aiokafka import TopicPartition
 from schemas import codec
 from schemas.events import Event
 from services.backoff import retrying
+from services.clock import utcnow
 from services.ledger import Ledger
 from services.ledger.client import broker_unavailable, heard_at
 from services.ops import metrics
@@ -30,10 +30,6 @@ from services.scheduler.inventory import FitChecker
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class Scheduler:

@@ -19,7 +19,6 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -34,15 +33,12 @@ from schemas.events import (
     NodeRegistered,
 )
 from schemas.types import GpuDevice
+from services.clock import utcnow
 from services.ledger import Ledger
 from services.simulator.facts import AttemptFacts, Outcome
 from services.simulator.mix import JobMix
 
 log = logging.getLogger(__name__)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass

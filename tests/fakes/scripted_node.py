@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import hashlib
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from schemas.events import (
@@ -44,13 +44,10 @@ from schemas.events import (
     ProcessExited,
 )
 from schemas.types import GpuDevice
+from services.clock import utcnow
 from services.ledger import Ledger
 
 E = TypeVar("E", bound=Event)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class ScriptedAttempt:

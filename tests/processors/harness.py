@@ -7,7 +7,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -15,6 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from schemas.events import TERMINAL_EVENTS, Event, JobSubmitted
 from schemas.spec import JobSpec
+from services.clock import utcnow
 from services.ledger import Ledger
 from services.ledger.client import partition_for
 from services.processors import Processors, build_processors
@@ -41,10 +41,6 @@ def fast(topics: Settings) -> Settings:
     return topics.model_copy(
         update={**FAST, "processors_app_id": f"test-processors-{uuid.uuid4().hex[:6]}"}
     )
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @asynccontextmanager
