@@ -40,7 +40,7 @@ from schemas.events import (
     RetryWithdrawn,
     derived_event_id,
 )
-from schemas.views import TERMINAL_STATUSES, JobView
+from schemas.views import TERMINAL_STATUSES, UNPLACED_STATUSES, JobView
 
 CLASSIFIER = "classifier"
 DECIDER = "retry-decider"
@@ -105,7 +105,7 @@ def classifier_step(
     if first(history, FailureClassified, n) is not None:
         return []
     if isinstance(event, NoCapacity):
-        if view.status not in ("submitted", "queued", "retrying") or n < view.attempt:
+        if view.status not in UNPLACED_STATUSES or n < view.attempt:
             return []
     elif n != view.attempt:
         return []  # an earlier attempt's late end; its decision was made already
@@ -272,7 +272,7 @@ def decider_step(
         return []
     envelope = _envelope(event, DECIDER)
     if isinstance(event, CancelRequested):
-        if view.status not in ("submitted", "queued", "retrying"):
+        if view.status not in UNPLACED_STATUSES:
             return []  # compute may be held: the agent stops it, the classifier follows
         who = f" by {event.requested_by}" if event.requested_by else ""
         summary = f"Cancelled{who} while {view.status}; no compute was held, nothing is owed."

@@ -52,7 +52,14 @@ from schemas.events import (
     RetryWithdrawn,
 )
 from schemas.types import Evidence
-from schemas.views import TERMINAL_STATUSES, AttemptView, FailureInfo, JobView, OutputInfo
+from schemas.views import (
+    TERMINAL_STATUSES,
+    UNPLACED_STATUSES,
+    AttemptView,
+    FailureInfo,
+    JobView,
+    OutputInfo,
+)
 
 _PROGRESS = ("scheduled", "starting", "running", "finishing")
 """The in-flight states of an attempt, in order; a fact never moves a job backwards."""
@@ -226,7 +233,7 @@ def _(event: JobRejected, view: JobView) -> JobView:
 
 @_apply.register
 def _(event: JobQueued, view: JobView) -> JobView:
-    if view.status in ("submitted", "queued", "retrying"):
+    if view.status in UNPLACED_STATUSES:
         return view.model_copy(update={"status": "queued", "queue_deadline": event.queue_deadline})
     return _anomaly(view, event, f"queued while the job was {view.status}; status kept")
 
@@ -252,7 +259,7 @@ def _(event: AttemptScheduled, view: JobView) -> JobView:
     view = view.model_copy(
         update={"attempt": event.attempt, "resume_from": event.resume_from or view.resume_from}
     )
-    if view.status not in ("submitted", "queued", "retrying"):
+    if view.status not in UNPLACED_STATUSES:
         return _anomaly(view, event, f"scheduled while the job was {view.status}; status kept")
     return view.model_copy(update={"status": "scheduled", "status_before_lost_contact": ""})
 

@@ -33,6 +33,9 @@ JOB_STATUSES = (
 TERMINAL_STATUSES = frozenset(
     {"succeeded", "succeeded_with_errors", "failed", "cancelled", "rejected"}
 )
+UNPLACED_STATUSES = frozenset({"submitted", "queued", "retrying"})
+"""Open, with no attempt in flight: the job waits to be placed and holds no compute, so a
+placement may move it to ``scheduled`` and a cancel or NoCapacity ends it at once."""
 
 
 class FailureInfo(Record):
