@@ -176,6 +176,26 @@ class Deployment:
         with urllib.request.urlopen(request, timeout=30) as reply:
             return json.loads(reply.read())
 
+    def all_healthy(self) -> bool:
+        """Every container with a healthcheck reports healthy (the one-shots have none)."""
+        client = docker.from_env()
+        try:
+            found = client.containers.list(
+                filters={"label": f"com.docker.compose.project={self.project}"}
+            )
+            states = {
+                c.labels["com.docker.compose.service"]: c.attrs["State"]
+                .get("Health", {})
+                .get("Status")
+                for c in found
+            }
+        finally:
+            client.close()
+        checked = {name: state for name, state in states.items() if state is not None}
+        expected = {"kafka", "postgres", "objectstore", "api", "scheduler", "processors",
+                    "sink", "agent"}  # fmt: skip
+        return set(checked) >= expected and all(s == "healthy" for s in checked.values())
+
     def healthy(self) -> bool:
         with urllib.request.urlopen(self.url + "/healthz", timeout=5) as reply:
             return reply.status == 200
@@ -248,6 +268,7 @@ def test_a_job_runs_stores_its_output_and_everything_survives_down_and_up(
     with urllib.request.urlopen(signed["url"], timeout=30) as reply:
         assert reply.read() == b"from compose\n"
     events = deployment.call(token, f"/v1/jobs/{job}/events")["events"]
+    _wait(deployment.all_healthy, 180, "every long-running service's healthcheck to pass")
 
     deployment.compose("down")  # containers gone, volumes kept
     deployment.compose("up", "-d")
