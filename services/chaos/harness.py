@@ -487,7 +487,11 @@ class Phase:
     async def run(self) -> dict[str, Any]:
         cfg = self.config
         began = time.monotonic()
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()  # whatever of the private stack did start
+            raise
         self.workload = Workload(self.base_url, self.token, cfg.submitters)
         planned = plan(cfg.jobs, cfg.docker_share, cfg.keyed_share, cfg.seed, self.run_id)
         faults = [f for f in cfg.faults if runs_on(f, cfg.brokers)]
