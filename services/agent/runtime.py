@@ -245,8 +245,11 @@ class DockerRuntime:
             self.client.api.stop(container_id, timeout=int(max(0, round(grace_s))))
 
     def remove(self, container_id: str) -> None:
-        with contextlib.suppress(docker.errors.NotFound):
+        try:
             self.client.api.remove_container(container_id, force=True)
+        except docker.errors.APIError as exc:
+            if not removal_settled(exc):
+                raise
 
     def follow_logs(self, container_id: str, stream: str) -> Any:
         """A closable iterator of raw frames (timestamp-prefixed) of one stream, from the start."""
@@ -327,3 +330,12 @@ def container_name(node_id: str, job_id: str, attempt: int) -> str:
     raw = f"gl-{node_id}-{job_id}-{attempt}"
     name = "".join(c if c.isalnum() or c in "_.-" else "-" for c in raw)
     return name[:200]
+
+
+def removal_settled(exc: docker.errors.APIError) -> bool:
+    """True when a failed remove still leaves the container gone or going: it was not
+    there (404), or the daemon is already removing it (409, e.g. auto-remove or a second
+    remover racing this one)."""
+    if isinstance(exc, docker.errors.NotFound):
+        return True
+    return exc.status_code == 409 and "already in progress" in str(exc.explanation or "")

@@ -19,7 +19,7 @@ from schemas.events import AttemptScheduled, CancelRequested, Event, LogChunk
 from schemas.spec import JobSpec, Resources
 from services.agent.agent import Agent
 from services.agent.bootstrap import bootstrap
-from services.agent.runtime import LABEL_NODE
+from services.agent.runtime import LABEL_NODE, removal_settled
 from services.agent.settings import AgentSettings
 from services.ledger import Ledger
 from services.settings import Settings
@@ -175,7 +175,12 @@ def remove_node_containers(node_id: str) -> None:
     client = docker.from_env()
     try:
         for c in client.containers.list(all=True, filters={"label": f"{LABEL_NODE}={node_id}"}):
-            c.remove(force=True)
+            try:
+                c.remove(force=True)
+            except docker.errors.APIError as exc:
+                # The agent may be removing it at the same moment: gone or going is fine.
+                if not removal_settled(exc):
+                    raise
     finally:
         client.close()
 
