@@ -8,14 +8,14 @@ like the events do.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar
+from typing import ClassVar, Literal, get_args
 
 from pydantic import Field
 
 from schemas.spec import JobSpec
 from schemas.types import CheckpointRef, Evidence, FitReport, Record
 
-JOB_STATUSES = (
+JobStatus = Literal[
     "submitted",
     "queued",
     "scheduled",
@@ -29,7 +29,9 @@ JOB_STATUSES = (
     "failed",
     "cancelled",
     "rejected",
-)
+]
+"""Every job status, in lifecycle order (one list: the API models and the CLI use it)."""
+JOB_STATUSES: tuple[str, ...] = get_args(JobStatus)
 TERMINAL_STATUSES = frozenset(
     {"succeeded", "succeeded_with_errors", "failed", "cancelled", "rejected"}
 )

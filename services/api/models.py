@@ -14,24 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.events import ENVELOPE_FIELDS
-from schemas.views import JOB_STATUSES, JobView
-
-JobStatus = Literal[
-    "submitted",
-    "queued",
-    "scheduled",
-    "starting",
-    "running",
-    "finishing",
-    "lost_contact",
-    "retrying",
-    "succeeded",
-    "succeeded_with_errors",
-    "failed",
-    "cancelled",
-    "rejected",
-]
-assert tuple(JobStatus.__args__) == JOB_STATUSES  # type: ignore[attr-defined]  # one list
+from schemas.views import JobStatus, JobView
 
 
 class ApiModel(BaseModel):

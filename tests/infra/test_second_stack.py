@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,28 +20,17 @@ import pytest
 
 from infra import docker_daemon, kafka, postgres, processes, seaweedfs
 from infra.kafka import KafkaPaths
-from infra.private import free_s3_base
+from infra.private import free_ports, free_s3_base
 from services.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 class SecondStack:
     """Runs the real ``gridledger dev ...`` command against a temporary home."""
 
     def __init__(self, home: Path) -> None:
-        kafka_port, controller_port, pg_port = _free_ports(3)
+        kafka_port, controller_port, pg_port = free_ports(3)
         self.home = home
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("GRIDLEDGER_")},
