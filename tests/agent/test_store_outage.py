@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -30,13 +29,10 @@ from schemas.events import (
     OutputFailed,
 )
 from schemas.spec import OutputSpec
-from services.ledger import Ledger
 from services.settings import Settings
 from tests.agent.conftest import (
     Harness,
-    make_agent_settings,
     only,
-    remove_node_containers,
     sh,
     types,
 )
@@ -62,20 +58,11 @@ async def store(settings: Settings) -> AsyncIterator[PrivateStore]:
         await asyncio.to_thread(own.stop)
 
 
-@pytest_asyncio.fixture
-async def node(topics: Settings, tmp_path: Path, store: PrivateStore) -> AsyncIterator[Harness]:
-    settings = store.service_settings(topics, home=tmp_path)
-    harness = Harness(settings, make_agent_settings(tmp_path), Ledger(settings, "agent-test"))
-    await harness.ledger.start()
-    try:
-        await harness.start()
-        yield harness
-    finally:
-        try:
-            await harness.stop()
-        finally:
-            await harness.ledger.stop()
-            remove_node_containers(harness.node_id)
+@pytest.fixture
+def object_store(store: PrivateStore) -> PrivateStore:
+    """This module's agents write to the store it kills, not the session's shared one;
+    the ``node`` fixture of tests/agent/conftest.py then runs on it."""
+    return store
 
 
 def _as_processed(scheduled: AttemptScheduled, facts: list[Event]) -> list[Event]:
