@@ -168,7 +168,7 @@ def download(client: Any, ref: ObjectRef, target: Path, sha256: str) -> int:
     """Stream an object to ``target``, verifying its sha256; return its size.
 
     Raises:
-        ChecksumMismatch: the bytes are not the ones recorded (``target`` is not left behind).
+        ChecksumMismatchError: the bytes are not the ones recorded (``target`` is not left behind).
         ObjectStoreError: the store refused or failed.
     """
     partial = target.with_name(f".{target.name}.partial")
@@ -192,7 +192,7 @@ def download(client: Any, ref: ObjectRef, target: Path, sha256: str) -> int:
             out.flush()
             os.fsync(out.fileno())
         if digest.hexdigest() != sha256:
-            raise ChecksumMismatch(
+            raise ChecksumMismatchError(
                 f"{ref.uri} has sha256 {digest.hexdigest()} ({size} bytes), the recorded "
                 f"checkpoint has sha256 {sha256}"
             )
@@ -202,7 +202,7 @@ def download(client: Any, ref: ObjectRef, target: Path, sha256: str) -> int:
     return size
 
 
-class ChecksumMismatch(ObjectStoreError):
+class ChecksumMismatchError(ObjectStoreError):
     """The object's bytes do not hash to the recorded sha256."""
 
 

@@ -91,7 +91,7 @@ class S3Store:
                 )
             target.parent.mkdir(parents=True, exist_ok=True)
             return s3client.download(self._client(tenant), ref, target, sha256)
-        except s3client.ChecksumMismatch as exc:
+        except s3client.ChecksumMismatchError as exc:
             raise ArtifactChecksumError(str(exc)) from exc
         except ObjectStoreError as exc:
             raise ArtifactStoreError(str(exc)) from exc

@@ -63,6 +63,8 @@ class NvmlGpus:
 
     def __init__(self, nvml: Any) -> None:
         self._nvml = nvml
+        self.error: type[Exception] = nvml.NVMLError
+        """The base of every NVML error: what a failed read raises, and nothing else."""
         nvml.nvmlInit()
         self._handles = [
             nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())
@@ -130,7 +132,7 @@ class Inventory:
         if self.nvml is not None:
             try:
                 return self.nvml.usage()
-            except Exception as exc:  # NVML errors are many; usage is best effort
+            except self.nvml.error as exc:  # usage is best effort; a bug still surfaces
                 log.warning("NVML usage read failed: %s", exc)
         return [GpuUsage(index=g.index, memory_total_mb=g.memory_total_mb) for g in self.gpus]
 

@@ -18,10 +18,17 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from docker.errors import DockerException
+from requests import RequestException
+from urllib3.exceptions import HTTPError
+
 from services.agent.logs import STREAMS, Chunk, LogPipeline, LogState, strip_timestamp
 from services.agent.runtime import DockerRuntime, iter_frames
 from services.agent.settings import AgentSettings
 from services.agent.spool import wait_event
+
+STREAM_GONE = (DockerException, RequestException, HTTPError, OSError)
+"""What reading a container's log raises when the container or the daemon goes away."""
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +125,12 @@ class LogFollower:
                 loop.call_soon_threadsafe(self._wake.set)
                 while not self._closing.is_set() and pipeline.outbox_full(OUTBOX_BYTES):
                     pipeline.wait_for_room(OUTBOX_BYTES)
-        except Exception as exc:  # a vanished container ends its log, nothing more
-            log.warning("log stream %s of %s ended: %s", stream, self.name, exc)
+        except Exception as exc:
+            if self._closing.is_set() or isinstance(exc, STREAM_GONE):
+                # Closed by us, or the container vanished: its log ends, nothing more.
+                log.warning("log stream %s of %s ended: %s", stream, self.name, exc)
+            else:  # a bug: the stream still ends (below), and the traceback says where
+                log.exception("log stream %s of %s failed", stream, self.name)
         finally:
             with contextlib.suppress(RuntimeError):  # the loop may be closed on exit
                 loop.call_soon_threadsafe(self._stream_ended)

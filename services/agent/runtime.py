@@ -133,7 +133,9 @@ class OwnContainer:
 class Stats:
     memory_used_mb: int = 0
     cpu_pct: float = 0.0
-    _prev: tuple[int, int] | None = field(default=None, repr=False)
+    cpu_sample: tuple[int, int] | None = field(default=None, repr=False)
+    """The container's and the host's CPU counters at this reading: Docker reports totals,
+    so the next reading's percentage is the difference against this one."""
 
 
 class DockerRuntime:
@@ -282,12 +284,12 @@ class DockerRuntime:
         system = int(cpu.get("system_cpu_usage", 0) or 0)
         online = int(cpu.get("online_cpus", 1) or 1)
         pct = 0.0
-        if previous is not None and previous._prev is not None:
-            d_total, d_system = total - previous._prev[0], system - previous._prev[1]
+        if previous is not None and previous.cpu_sample is not None:
+            d_total, d_system = total - previous.cpu_sample[0], system - previous.cpu_sample[1]
             if d_total > 0 and d_system > 0:
                 pct = d_total / d_system * online * 100.0
         return Stats(
-            memory_used_mb=max(0, used) // (1024 * 1024), cpu_pct=pct, _prev=(total, system)
+            memory_used_mb=max(0, used) // (1024 * 1024), cpu_pct=pct, cpu_sample=(total, system)
         )
 
     def list_own(self, node_id: str) -> list[OwnContainer]:

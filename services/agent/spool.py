@@ -109,6 +109,24 @@ class SegmentLog:
     def _segment(self, number: int) -> Path:
         return self.directory / f"{number:012d}.seg"
 
+    def pending_bytes(self) -> int:
+        """Bytes between the acknowledged position and the end: what a restart would resend."""
+        (acked_seg, acked_off), (end_seg, end_off) = self.acked, self.end
+        if (acked_seg, acked_off) >= (end_seg, end_off):
+            return 0
+        if acked_seg == end_seg:
+            return end_off - acked_off
+        total = 0
+        for number in range(acked_seg, end_seg + 1):
+            path = self._segment(number)
+            size = path.stat().st_size if path.exists() else 0
+            if number == acked_seg:
+                size -= acked_off
+            elif number == end_seg:
+                size = end_off
+            total += max(0, size)
+        return total
+
     def _segments(self) -> list[int]:
         return sorted(int(p.stem) for p in self.directory.glob("*.seg"))
 

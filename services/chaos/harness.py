@@ -40,6 +40,7 @@ from infra import kafka, postgres, processes, stack, tokens
 from infra.private import link_jars, new_home, private_settings
 from infra.services import ServiceSpec, settings_env
 from projections.bounds import Thresholds
+from schemas.errors import StackError
 from schemas.views import TERMINAL_STATUSES
 from services.chaos import collect
 from services.chaos.faults import FAULTS, members, missing_need, runs_on
@@ -217,7 +218,7 @@ class Phase:
         began = time.monotonic()
         try:
             await stack.up(self.settings)
-        except Exception as exc:
+        except StackError as exc:
             # Free ports are picked before they are bound: on a machine where other test
             # runs pick ports too, one may be taken in between. Once more on new ports.
             self.say(f"[{self.config.name}] the private stack did not start ({exc}); retrying")

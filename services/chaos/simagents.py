@@ -56,13 +56,9 @@ async def run(args: argparse.Namespace) -> int:
             log.info("%d simulated nodes of %s registered", args.nodes, args.gpu_model)
             try:
                 while not stop.is_set():
-                    failed = [
-                        t
-                        for t in [*fleet._tasks, *fleet.attempts.values()]  # noqa: SLF001
-                        if t.done() and not t.cancelled() and t.exception() is not None
-                    ]
-                    if failed:
-                        log.error("a simulated node failed (%r); exiting", failed[0].exception())
+                    failure = fleet.failure()
+                    if failure is not None:
+                        log.error("a simulated node failed (%r); exiting", failure)
                         return 1
                     if fleet.stats.failed:
                         log.error("%d facts were not acknowledged; exiting", fleet.stats.failed)

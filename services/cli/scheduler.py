@@ -42,12 +42,7 @@ async def _serve() -> None:
     await service.start()
     ops = await ops_server(settings, scheduler_endpoints(settings, service)).start()
     try:
-        waiter = asyncio.ensure_future(stop.wait())
-        assert service._task is not None
-        done, _ = await asyncio.wait({waiter, service._task}, return_when="FIRST_COMPLETED")
-        if service._task in done:
-            waiter.cancel()
-            service._task.result()
+        await service.serve_until(stop)
     finally:
         await ops.stop()
         await service.stop()

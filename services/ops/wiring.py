@@ -10,6 +10,7 @@ says what the service really sees.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,6 +29,9 @@ from services.ops.server import OpsEndpoints
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
+
+_SENSORED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""faust apps whose sensor is installed: a second install would register its metrics twice."""
 
 
 def kafka_check(settings: Settings, topics: Iterable[str]) -> KafkaCheck:
@@ -177,7 +181,7 @@ def install_faust_sensor(app: Any) -> bool:
     except ImportError as exc:  # pragma: no cover - part of faust-streaming
         log.warning("faust's Prometheus sensor is unavailable: %s", exc)
         return False
-    if getattr(app, "_gridledger_sensor", False):
+    if app in _SENSORED:
         return True
     try:
         setup_prometheus_sensors(app, registry=metrics.REGISTRY, name_prefix="faust")
@@ -185,7 +189,7 @@ def install_faust_sensor(app: Any) -> bool:
         # A second worker in one process (tests) would register the same names twice.
         log.info("faust sensor already registered in this process: %s", exc)
         return False
-    app._gridledger_sensor = True
+    _SENSORED.add(app)
     return True
 
 
@@ -211,28 +215,9 @@ def agent_endpoints(settings: Settings, agent: Any) -> OpsEndpoints:
 
     async def spool() -> None:
         for name, lane in ctx.spool.lanes.items():
-            metrics.SPOOL_DEPTH.labels(lane=name).set(pending_bytes(lane.segments))
+            metrics.SPOOL_DEPTH.labels(lane=name).set(lane.segments.pending_bytes())
 
     return OpsEndpoints(f"agent-{ctx.node_id}", checks, [spool, _probe_hook(lag)])
-
-
-def pending_bytes(segments: Any) -> int:
-    """Bytes between the acknowledged position and the end of a spool lane's segment log."""
-    (acked_seg, acked_off), (end_seg, end_off) = segments.acked, segments.end
-    if (acked_seg, acked_off) >= (end_seg, end_off):
-        return 0
-    if acked_seg == end_seg:
-        return int(end_off - acked_off)
-    total = 0
-    for number in range(acked_seg, end_seg + 1):
-        path = segments._segment(number)
-        size = path.stat().st_size if path.exists() else 0
-        if number == acked_seg:
-            size -= acked_off
-        elif number == end_seg:
-            size = end_off
-        total += max(0, size)
-    return total
 
 
 def _probe_hook(check: Check) -> Any:

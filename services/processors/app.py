@@ -185,7 +185,7 @@ class Processors:
             async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):  # type: ignore[attr-defined]
                 try:
                     await step.run([event.message for event in events])
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - crash-only: _fail logs it and parks
                     await self._fail(exc)
 
         app.agent(channel, name="processors", concurrency=1)(process)

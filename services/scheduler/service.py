@@ -69,6 +69,18 @@ class Scheduler:
         if not self.ready.is_set():
             raise TimeoutError("scheduler did not catch up with the topics in time")
 
+    async def serve_until(self, stop: asyncio.Event) -> None:
+        """Return once ``stop`` is set; raise at once what a failed scheduler raised.
+
+        A service loop needs both: a signal ends it, and a crash must not wait for one.
+        """
+        assert self._task is not None, "start() the scheduler first"
+        waiter = asyncio.ensure_future(stop.wait())
+        done, _ = await asyncio.wait({waiter, self._task}, return_when="FIRST_COMPLETED")
+        if self._task in done:
+            waiter.cancel()
+            self._task.result()
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()

@@ -105,6 +105,17 @@ class SimFleet:
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = asyncio.Event()
 
+    def failure(self) -> BaseException | None:
+        """The error of the first of the fleet's tasks that failed, if one did.
+
+        Those tasks are fire-and-forget; without this check a crashed node would sit
+        silent while its owner (the chaos harness's simulated agents) waits on it.
+        """
+        for task in [*self._tasks, *self.attempts.values()]:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                return task.exception()
+        return None
+
     @property
     def gpu_count(self) -> int:
         return sum(len(n.gpus) for n in self.nodes.values())

@@ -20,7 +20,7 @@ class FakeNvml:
     class NVMLError(Exception):
         pass
 
-    class NVMLError_DriverNotLoaded(NVMLError):  # noqa: N801 - pynvml's name
+    class NVMLError_DriverNotLoaded(NVMLError):  # noqa: N801, N818 - pynvml's name
         pass
 
     def __init__(self, devices: list[dict], fail: Exception | None = None) -> None:
@@ -28,7 +28,7 @@ class FakeNvml:
         self.fail = fail
         self.shut = False
 
-    def nvmlInit(self) -> None:  # noqa: N802
+    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names, as the agent calls them
         if self.fail:
             raise self.fail
 

@@ -120,7 +120,7 @@ def test_replay_from_a_saved_state_continues_without_gaps_or_repeats():
     first.tick()
     emitted = first.drain()
     # some bytes are still pending when the agent dies: only emitted ones are in the state
-    first._flush("stdout")  # noqa: SLF001 - force the pending part out, as a timer would
+    first._flush("stdout")  # force the pending part out, as a timer would
     emitted += first.drain()
     state = emitted[-1].state
     state_before_last = emitted[-2].state  # as if the last chunk never reached the journal

@@ -38,6 +38,20 @@ def test_segments_roll_and_fully_acked_ones_are_deleted(tmp_path: Path):
     assert log.read(log.acked) == []
 
 
+def test_pending_bytes_are_the_unacknowledged_records_across_segments(tmp_path: Path):
+    log = SegmentLog(tmp_path, segment_bytes=100)
+    sizes = [len(_record(i).to_bytes()) for i in range(6)]
+    for i in range(6):
+        log.append([_record(i)])
+    assert len(list(tmp_path.glob("*.seg"))) > 2  # the sum spans several segments
+    assert log.pending_bytes() == sum(sizes)
+    read = log.read(log.acked, max_records=4)
+    log.ack(read[-1][1])
+    assert log.pending_bytes() == sum(sizes[4:])
+    log.ack(log.end)
+    assert log.pending_bytes() == 0
+
+
 def test_a_torn_last_entry_is_cut_off_on_recovery(tmp_path: Path):
     log = SegmentLog(tmp_path)
     log.append([_record(1), _record(2)])

@@ -103,7 +103,7 @@ async def test_a_node_lost_attempt_past_its_whole_duration_silences_the_node() -
         dispatch_deadline=END,
         spec=JobSpec(image="x"),
     )
-    await fleet._run(node, scheduled)  # noqa: SLF001
+    await fleet._run(node, scheduled)
     assert node.lost and fleet.stats.lost_nodes == 1
     assert fleet.stats.finished == {Outcome.NODE_LOST: 1}
     assert [type(e).__name__ for e in emitted] == [

@@ -22,7 +22,7 @@ from tests.sink.test_writer_batches import build, stream, tables, topic
 pytestmark = pytest.mark.integration
 
 
-class Rollback(Exception):
+class RollbackError(Exception):
     """Raised inside a transaction to roll it back."""
 
 
@@ -56,10 +56,10 @@ async def test_a_rolled_back_batch_leaves_nothing_in_memory(
         async with pool.acquire() as conn, conn.transaction():
             await writer.apply(conn, records(scoped, parts[0]))
         # The second part is applied, then its transaction rolls back (a crash mid-batch) ...
-        with pytest.raises(Rollback):
+        with pytest.raises(RollbackError):
             async with pool.acquire() as conn, conn.transaction():
                 await writer.apply(conn, records(scoped, parts[1]))
-                raise Rollback
+                raise RollbackError
         assert len(writer.cache) > 0
         # ... and is delivered again, in two batches of one transaction, with the rest.
         async with pool.acquire() as conn, conn.transaction():
