@@ -9,7 +9,7 @@ newly stored event is folded; log chunks and meter ticks are stored once per
 natural key. A record delivered twice therefore changes nothing.
 
 Speed: each table gets one statement per batch, and each job's folded state (view,
-stored history, ticks) stays in memory between batches (:mod:`services.sink.jobstate`),
+stored history, ticks) stays in memory between batches (:mod:`services.sink.job_cache`),
 so a batch folds and accounts only what it adds instead of reading and re-folding
 every touched job's history.
 """
@@ -29,7 +29,7 @@ from schemas.views import AccountingRecord, JobView
 from services.ledger.client import LedgerRecord
 from services.settings import Settings
 from services.sink import rows
-from services.sink.jobstate import DEFAULT_CAPACITY, JobCache, JobState, load_states
+from services.sink.job_cache import DEFAULT_CAPACITY, CachedJob, JobCache, load_states
 from services.sink.rows import Row
 from services.sink.tables import insert_ignore, upsert
 
@@ -67,7 +67,7 @@ class ReadModelWriter:
 
     One writer serves one schema at a time and must be its only writer (the sink's
     advisory lock): it keeps each job's folded state in memory between batches
-    (:mod:`services.sink.jobstate`), trusted only once its transaction committed.
+    (:mod:`services.sink.job_cache`), trusted only once its transaction committed.
     ``cache_jobs=0`` keeps nothing, so every batch reads the states it needs back.
     """
 
@@ -143,7 +143,7 @@ class _Batch:
     def __init__(self, conn: asyncpg.Connection, cache: JobCache) -> None:
         self.conn = conn
         self.cache = cache
-        self.states: dict[str, JobState] = {}
+        self.states: dict[str, CachedJob] = {}
         """The touched jobs' states as this batch leaves them."""
         self.changed_views: set[str] = set()
         self.failures: list[Row] = []

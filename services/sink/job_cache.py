@@ -34,7 +34,7 @@ decoded events: about 40 KiB for a typical single-attempt history, so ~160 MiB a
 
 
 @dataclass
-class JobState:
+class CachedJob:
     """What the tables hold for one job: its stored events, folded view and meter ticks."""
 
     seq: int = 0
@@ -46,17 +46,17 @@ class JobState:
     ticks: dict[tuple[int, int], MeterTick] = field(default_factory=dict)
     """The stored meter ticks by (attempt, tick_index)."""
 
-    def copy(self) -> JobState:
-        return JobState(self.seq, self.view, list(self.history), dict(self.ticks))
+    def copy(self) -> CachedJob:
+        return CachedJob(self.seq, self.view, list(self.history), dict(self.ticks))
 
     def sorted_ticks(self) -> list[MeterTick]:
         """The ticks in the table's key order (what ``ORDER BY attempt, tick_index`` gives)."""
         return [self.ticks[k] for k in sorted(self.ticks)]
 
 
-async def load_states(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, JobState]:
+async def load_states(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, CachedJob]:
     """The committed (or this transaction's) state of ``job_ids`` read from the tables."""
-    states = {job_id: JobState() for job_id in job_ids}
+    states = {job_id: CachedJob() for job_id in job_ids}
     if not job_ids:
         return states
     for r in await conn.fetch(
@@ -87,8 +87,8 @@ class JobCache:
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
-        self._committed: OrderedDict[str, JobState] = OrderedDict()
-        self._staged: dict[str, JobState] = {}
+        self._committed: OrderedDict[str, CachedJob] = OrderedDict()
+        self._staged: dict[str, CachedJob] = {}
         self._staged_xact: str | None = None
         self._xact: str | None = None
         self._schema: str | None = None
@@ -131,7 +131,7 @@ class JobCache:
         self._committed.clear()
         self._staged, self._staged_xact, self._xact = {}, None, None
 
-    def get(self, job_id: str) -> JobState | None:
+    def get(self, job_id: str) -> CachedJob | None:
         """A copy of the job's state as this transaction sees it, None when not held."""
         state = self._staged.get(job_id) if self._staged_xact == self._xact else None
         if state is None:
@@ -142,7 +142,7 @@ class JobCache:
         self.hits += 1
         return state.copy()
 
-    def stage(self, states: dict[str, JobState]) -> None:
+    def stage(self, states: dict[str, CachedJob]) -> None:
         """The states this transaction leaves; trusted once it is seen committed."""
         if self._staged_xact != self._xact:
             self._staged, self._staged_xact = {}, self._xact
