@@ -44,7 +44,7 @@ from schemas.views import TERMINAL_STATUSES, UNPLACED_STATUSES, JobView
 
 CLASSIFIER = "classifier"
 DECIDER = "retry-decider"
-PROCESSORS = (CLASSIFIER, DECIDER)
+DECISION_PRODUCERS = (CLASSIFIER, DECIDER)
 """The ``producer`` of every derived event (no instance suffix: replay must reproduce it)."""
 
 
@@ -382,7 +382,7 @@ def settle(facts: Sequence[Event], policy: RetryPolicy = DEFAULT_POLICY) -> list
     appended right after its cause, and decisions on decisions follow at once."""
     history: list[Event] = []
     for fact in facts:
-        if fact.producer in PROCESSORS:
+        if fact.producer in DECISION_PRODUCERS:
             continue
         pending = [fact]
         history.append(fact)
@@ -396,7 +396,7 @@ def settle(facts: Sequence[Event], policy: RetryPolicy = DEFAULT_POLICY) -> list
 def verify(events: Sequence[Event], policy: RetryPolicy = DEFAULT_POLICY) -> list[str]:
     """Differences between the derived events in a history and the recomputed ones
     (empty when the live decisions equal the replayed ones)."""
-    recorded = {e.event_id: e for e in unique(events) if e.producer in PROCESSORS}
+    recorded = {e.event_id: e for e in unique(events) if e.producer in DECISION_PRODUCERS}
     recomputed = {e.event_id: e for e in react_all(events, policy)}
     problems = [
         f"missing {e.type} {i} (caused by {e.causation_id})"

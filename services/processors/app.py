@@ -52,6 +52,8 @@ from services.settings import Settings
 log = logging.getLogger(__name__)
 
 PROCESSORS = ("dispatch", "state", "watchdog", "classifier", "accounting")
+"""The processors one worker can run (``--only``); the producers of the events they derive
+are :data:`projections.decisions.DECISION_PRODUCERS`, a different list."""
 
 BATCH_MAX = 1000
 """Records the agent takes at once; their side effects are awaited together."""

@@ -59,7 +59,7 @@ def drift_of(job_id: str, history: Sequence[Event]) -> list[DecisionDrift]:
     recorded = {
         e.event_id: e
         for e in unique(history)
-        if e.producer in decisions.PROCESSORS or e.type in DECISION_TYPES
+        if e.producer in decisions.DECISION_PRODUCERS or e.type in DECISION_TYPES
     }
     out: list[DecisionDrift] = []
     for event_id, event in expected.items():

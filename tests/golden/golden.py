@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from projections.accounting import account
-from projections.decisions import PROCESSORS
+from projections.decisions import DECISION_PRODUCERS
 from projections.job_state import project
 from schemas.events import EVENT_TYPES, Event, MeterTick
 
@@ -121,7 +121,7 @@ def summarize(events: list[Event], ticks: list[MeterTick]) -> dict[str, Any]:
         "anomalies": view.anomalies,
         "attempts": [a.model_dump(mode="json", include=attempt_fields) for a in view.attempts],
         "failure": failure,
-        "decisions": [_decision(e) for e in events if e.producer in PROCESSORS],
+        "decisions": [_decision(e) for e in events if e.producer in DECISION_PRODUCERS],
         "accounting": {
             **record.model_dump(
                 mode="json",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from projections.accounting import account
-from projections.decisions import PROCESSORS, react_all, settle, verify
+from projections.decisions import DECISION_PRODUCERS, react_all, settle, verify
 from projections.job_state import project
 from schemas import codec
 from schemas.events import TERMINAL_EVENTS
@@ -23,12 +23,12 @@ def test_there_are_golden_histories() -> None:
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
 def test_golden_history(path: Path) -> None:
     events, ticks, expected = load(path)
-    recorded = [e for e in events if e.producer in PROCESSORS]
+    recorded = [e for e in events if e.producer in DECISION_PRODUCERS]
     # The decisions recomputed from the history equal the ones it holds ...
     assert react_all(events) == recorded
     assert verify(events) == []
     # ... and the facts alone lead to exactly this history.
-    assert settle([e for e in events if e.producer not in PROCESSORS]) == events
+    assert settle([e for e in events if e.producer not in DECISION_PRODUCERS]) == events
     # The reducers give the committed answer (regenerate.py rewrites it; review the diff).
     assert summarize(events, ticks) == expected
     assert sum(isinstance(e, TERMINAL_EVENTS) for e in events) == 1

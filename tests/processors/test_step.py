@@ -22,7 +22,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from projections.accounting import account
-from projections.decisions import PROCESSORS, settle
+from projections.decisions import DECISION_PRODUCERS, settle
 from projections.history import unique
 from projections.job_state import project
 from schemas import codec
@@ -119,7 +119,7 @@ def outcome(broker: Broker, job_id: str) -> tuple[list[Event], Any, Any]:
 
 
 def is_fact(event: Event) -> bool:
-    return event.producer not in PROCESSORS
+    return event.producer not in DECISION_PRODUCERS
 
 
 # --------------------------------------------------------------------------- tests

@@ -9,7 +9,7 @@ import pytest
 from projections.decisions import (
     CLASSIFIER,
     DECIDER,
-    PROCESSORS,
+    DECISION_PRODUCERS,
     REACTS_TO,
     classifier_step,
     decider_step,
@@ -32,11 +32,11 @@ from tests.projections.histories import JobHistory
 
 
 def facts(h: JobHistory) -> list[Event]:
-    return [e for e in h.events if e.producer not in PROCESSORS]
+    return [e for e in h.events if e.producer not in DECISION_PRODUCERS]
 
 
 def decisions(h: JobHistory) -> list[Event]:
-    return [e for e in h.events if e.producer in PROCESSORS]
+    return [e for e in h.events if e.producer in DECISION_PRODUCERS]
 
 
 def test_derived_events_have_deterministic_envelopes() -> None:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from projections.accounting import account
-from projections.decisions import PROCESSORS, react, react_all, settle, verify
+from projections.decisions import DECISION_PRODUCERS, react, react_all, settle, verify
 from projections.history import unique
 from projections.job_state import evolve, project
 from schemas.events import TERMINAL_EVENTS, ComputeHeld, Event, JobRejected, MeterTick
@@ -247,7 +247,7 @@ def test_a_job_that_never_held_compute_owes_nothing(h: JobHistory) -> None:
 @PROPERTY
 @given(live_jobs(), st.data())
 def test_decisions_are_idempotent(h: JobHistory, data: st.DataObject) -> None:
-    recorded = [e for e in h.events if e.producer in PROCESSORS]
+    recorded = [e for e in h.events if e.producer in DECISION_PRODUCERS]
     assert react_all(h.events) == recorded and verify(h.events) == []
     event = data.draw(st.sampled_from(h.events))
     assert react([*h.events, event], event) == []  # redelivered after its results were written
@@ -257,5 +257,5 @@ def test_decisions_are_idempotent(h: JobHistory, data: st.DataObject) -> None:
     assert [e.event_id for e in fresh] == [e.event_id for e in crashed]
     noisy = data.draw(redelivered(h.events))
     assert verify(noisy) == []
-    facts = [e for e in noisy if e.producer not in PROCESSORS]
+    facts = [e for e in noisy if e.producer not in DECISION_PRODUCERS]
     assert project(settle(facts)) == project(h.events)
