@@ -39,6 +39,7 @@ from schemas.events import (
     JobRejected,
     NoCapacity,
     ProcessExited,
+    ReleaseReason,
 )
 
 ENDING_EVENTS: tuple[type[Event], ...] = (
@@ -80,7 +81,7 @@ class Facts:
     """Reported signal, or exit code - 128 for exit codes above 128 (the shell convention)."""
     oom_killed: bool | None = None
     runtime_exceeded: bool = False
-    release_reason: str = ""
+    release_reason: ReleaseReason = ""
     error_kind: str = ""
     image_reason: str = ""
     rejected_as: str = ""

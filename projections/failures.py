@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from projections.classes import FAILURE_CLASSES as FAILURE_CLASSES
 from projections.classes import row as class_row
 from projections.evidence import Facts, gather
-from schemas.events import Attribution, Event, JobRejected
+from schemas.events import Attribution, Event, JobRejected, ReleaseReason
 from schemas.types import Evidence
 
 CLASSIFIER_VERSION = "2"
@@ -66,7 +66,7 @@ class Rule:
     runtime_exceeded: bool | None = None
     error_kinds: tuple[str, ...] = ()
     image_reason: str = ""
-    release_reasons: tuple[str, ...] = ()
+    release_reasons: tuple[ReleaseReason, ...] = ()
     gpus_requested: bool | None = None
     rejected_as: str = ""
     requires: tuple[str, ...] = ()

@@ -55,8 +55,10 @@ from schemas.types import Evidence
 from schemas.views import (
     TERMINAL_STATUSES,
     UNPLACED_STATUSES,
+    AttemptStatus,
     AttemptView,
     FailureInfo,
+    JobStatus,
     JobView,
     OutputInfo,
 )
@@ -125,22 +127,26 @@ def _put_attempt(view: JobView, attempt: AttemptView) -> JobView:
     return view.model_copy(update={"attempts": attempts})
 
 
-def _update_attempt(view: JobView, event: Event, **fields: Any) -> JobView:
+def _update_attempt(
+    view: JobView, event: Event, status: AttemptStatus | None = None, **fields: Any
+) -> JobView:
     """Update the event's attempt; an attempt never scheduled is created, with an anomaly."""
     current = _get_attempt(view, event.attempt)
     if current is None:
         view = _anomaly(view, event, f"attempt {event.attempt} was never scheduled")
         current = AttemptView(attempt=event.attempt)
-    if current.lost_at is not None and "status" in fields:
-        # A late fact of an attempt declared lost is recorded as it is (exit code, release
-        # time ...), but the attempt stays lost: the verdict was acted on.
-        fields["status"] = "lost"
-    elif current.status == "superseded" and "status" in fields:
-        fields["status"] = "superseded"  # stopped because another attempt won
+    if status is not None:
+        if current.lost_at is not None:
+            # A late fact of an attempt declared lost is recorded as it is (exit code,
+            # release time ...), but the attempt stays lost: the verdict was acted on.
+            status = "lost"
+        elif current.status == "superseded":
+            status = "superseded"  # stopped because another attempt won
+        fields["status"] = status
     return _put_attempt(view, current.model_copy(update=fields))
 
 
-def _advance(view: JobView, event: Event, status: str) -> JobView:
+def _advance(view: JobView, event: Event, status: JobStatus) -> JobView:
     """Move the job forward to ``status`` on a fact of its current attempt.
 
     A fact of an attempt already declared lost never moves the job: the decision on the
@@ -173,7 +179,7 @@ def _advance(view: JobView, event: Event, status: str) -> JobView:
     return view.model_copy(update={"status": status})
 
 
-def _set_status(view: JobView, event: Event, status: str, **fields: Any) -> JobView:
+def _set_status(view: JobView, event: Event, status: JobStatus, **fields: Any) -> JobView:
     """Set a status that only scheduler/decider events set; never after terminal."""
     if _terminal(view):
         return _anomaly(view, event, f"would make the job {status}; it already ended {view.status}")
@@ -185,7 +191,7 @@ def _failure(event: FailureClassified) -> FailureInfo:
     return FailureInfo.model_validate(event.model_dump(include=set(FailureInfo.model_fields)))
 
 
-def _end(view: JobView, event: Event, status: str, **fields: Any) -> JobView:
+def _end(view: JobView, event: Event, status: JobStatus, **fields: Any) -> JobView:
     """The one terminal transition: the first terminal event wins, later ones are anomalies."""
     if _terminal(view):
         return _anomaly(view, event, f"second terminal event ignored; the job ended {view.status}")
@@ -373,7 +379,7 @@ def _(event: OutputFailed, view: JobView) -> JobView:
 @_apply.register
 def _(event: ComputeReleased, view: JobView) -> JobView:
     attempt = _get_attempt(view, event.attempt)
-    status = "lost" if attempt is not None and attempt.lost_at else "ended"
+    status: AttemptStatus = "lost" if attempt is not None and attempt.lost_at else "ended"
     view = _update_attempt(
         view, event, released_at=event.occurred_at, release_reason=event.reason, status=status
     )

@@ -190,12 +190,26 @@ class ComputeHeld(Event):
     gpu_indices: list[int] = Field(default_factory=list)
 
 
+ReleaseReason = Literal[
+    "exited",
+    "runtime_exceeded",
+    "image_unavailable",
+    "start_failed",
+    "cancelled",
+    "agent_shutdown",
+    "agent_error",
+    "container_lost",
+    "",
+]
+"""Why an agent released an attempt's compute (``ComputeReleased.reason``). "" is the wire
+default of the field (the schema keeps it) and, on a view, "not released yet"."""
+
+
 class ComputeReleased(Event):
     """The meter stops at ``occurred_at``. Emitted on every end, success or not."""
 
     node_id: str
-    reason: str = ""
-    """exited, image_unavailable, start_failed, cancelled, runtime_exceeded, agent_shutdown."""
+    reason: ReleaseReason = ""
 
 
 class ImageResolved(Event):

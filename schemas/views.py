@@ -12,6 +12,7 @@ from typing import ClassVar, Literal, get_args
 
 from pydantic import Field
 
+from schemas.events import ReleaseReason
 from schemas.spec import JobSpec
 from schemas.types import CheckpointRef, Evidence, FitReport, Record
 
@@ -38,6 +39,18 @@ TERMINAL_STATUSES = frozenset(
 UNPLACED_STATUSES = frozenset({"submitted", "queued", "retrying"})
 """Open, with no attempt in flight: the job waits to be placed and holds no compute, so a
 placement may move it to ``scheduled`` and a cancel or NoCapacity ends it at once."""
+AttemptStatus = Literal[
+    "scheduled",
+    "starting",
+    "running",
+    "finishing",
+    "lost",
+    "ended",
+    "superseded",
+]
+"""Every attempt status: ``lost`` when the watchdog declared it so (it stays lost whatever
+arrives late), ``ended`` once released or never accepted, ``superseded`` when stopped
+because another attempt's result won."""
 
 
 class FailureInfo(Record):
@@ -69,9 +82,7 @@ class OutputInfo(Record):
 
 class AttemptView(Record):
     attempt: int
-    status: str = "scheduled"
-    """scheduled, starting, running, finishing, lost, ended (released or never accepted),
-    superseded (stopped because another attempt's result won)."""
+    status: AttemptStatus = "scheduled"
     node_id: str = ""
     provider: str = ""
     region: str = ""
@@ -104,7 +115,7 @@ class AttemptView(Record):
     """docker error kind and message when the container could not start."""
     runtime_exceeded: bool = False
     cancelled_at: datetime | None = None
-    release_reason: str = ""
+    release_reason: ReleaseReason = ""
     failure_class: str = ""
     attribution: str = ""
 
@@ -117,7 +128,7 @@ class JobView(Record):
     job_id: str
     tenant: str = ""
     name: str = ""
-    status: str = "submitted"
+    status: JobStatus = "submitted"
     spec: JobSpec | None = None
     submitted_at: datetime | None = None
     updated_at: datetime | None = None
@@ -187,7 +198,7 @@ class AccountingRecord(Record):
 
     job_id: str
     tenant: str = ""
-    status: str = "submitted"
+    status: JobStatus = "submitted"
     final: bool = False
     """True once the job is terminal and every attempt has released its compute."""
     policy_version: str = ""

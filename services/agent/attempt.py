@@ -41,6 +41,7 @@ from schemas.events import (
     OutputFailed,
     OutputStored,
     ProcessExited,
+    ReleaseReason,
 )
 from services.agent import meter
 from services.agent.artifacts import checkpoint_step, list_files
@@ -380,7 +381,7 @@ class AttemptRunner:
         await self._fact("AttemptCancelled", AttemptCancelled, node_id=self.ctx.node_id)
         await self._release("cancelled", container)
 
-    async def _release(self, reason: str, container: str | None = None) -> None:
+    async def _release(self, reason: ReleaseReason, container: str | None = None) -> None:
         """Final meter ticks, ComputeReleased, then clean up. Every end comes through here."""
         r, s, ctx = self.record, self.record.scheduled, self.ctx
         await self._stop_tasks()

@@ -31,6 +31,7 @@ from schemas.events import (
     MeterTick,
     OutputStored,
     ProcessExited,
+    ReleaseReason,
     derived_event_id,
 )
 from services.agent import meter
@@ -192,7 +193,7 @@ class AttemptFacts:
                 )
         return events + self.release(at, "exited")
 
-    def release(self, at: datetime, reason: str) -> list[Event]:
+    def release(self, at: datetime, reason: ReleaseReason) -> list[Event]:
         """Final meter ticks (the last one partial and final), then ComputeReleased."""
         assert self.held_at is not None
         s = self.scheduled
