@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from schemas.avro import current_schemas, stored_schemas
 from schemas.errors import EventDecodeError, EventEncodeError, SchemaRegistryError
 from schemas.events import ENVELOPE_FIELDS, EVENT_TYPES, Event
+from schemas.trusted import builder
 from schemas.views import VIEW_TYPES
 
 MAGIC = b"\xc3\x01"
@@ -144,8 +145,15 @@ def headers(obj: BaseModel) -> list[tuple[str, bytes]]:
     ]
 
 
-def decode(data: bytes) -> BaseModel:
-    """Decode any registered event or view, resolving its writer schema to the current one."""
+def decode(data: bytes, *, trusted: bool = False) -> BaseModel:
+    """Decode any registered event or view, resolving its writer schema to the current one.
+
+    ``trusted``: the payload was read from one of gridledger's own topics, which only
+    :func:`encode` writes, from validated models. The model is then built from the
+    decoded record without pydantic validation (:mod:`schemas.trusted`); the result is
+    the same model. Payloads from anywhere else (a client, a file, a test) validate.
+    An unknown writer schema or a corrupt body is an error either way.
+    """
     if not isinstance(data, bytes | bytearray | memoryview) or len(data) < 10:
         raise EventDecodeError(f"payload of {len(data or b'')} bytes is too short for an event")
     data = bytes(data)  # no copy when it is bytes already
@@ -170,10 +178,10 @@ def decode(data: bytes) -> BaseModel:
         record = fastavro.schemaless_reader(io.BytesIO(data[10:]), writer.parsed, resolve)
     except Exception as exc:  # fastavro raises many types for corrupt input
         raise EventDecodeError(f"corrupt {writer.name} v{writer.version} body: {exc!r}") from exc
-    return _from_avro(writer.name, record)
+    return _from_avro(writer.name, record, trusted)
 
 
-def _from_avro(name: str, record: Any) -> BaseModel:
+def _from_avro(name: str, record: Any, trusted: bool = False) -> BaseModel:
     if not isinstance(record, dict):
         raise EventDecodeError(f"{name}: decoded body is not a record")
     if name in EVENT_TYPES:
@@ -182,15 +190,17 @@ def _from_avro(name: str, record: Any) -> BaseModel:
         model: type[BaseModel] = EVENT_TYPES[name]
     else:
         model = VIEW_TYPES[name]
+    if trusted:
+        return builder(model)(record)
     try:
         return model.model_validate(record)
     except ValidationError as exc:
         raise EventDecodeError(f"{name} does not validate: {exc}") from exc
 
 
-def decode_event(data: bytes) -> Event:
-    """Decode bytes that must hold an event (not a view)."""
-    obj = decode(data)
+def decode_event(data: bytes, *, trusted: bool = False) -> Event:
+    """Decode bytes that must hold an event (not a view); ``trusted`` as for :func:`decode`."""
+    obj = decode(data, trusted=trusted)
     if not isinstance(obj, Event):
         raise EventDecodeError(f"expected an event, got a {type(obj).__name__}")
     return obj

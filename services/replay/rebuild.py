@@ -22,11 +22,13 @@ them would change nothing that is rebuilt here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import multiprocessing
 import os
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -146,14 +148,39 @@ def _fold(job_id: str, history: Sequence[Event]) -> JobView | None:
     return view
 
 
+GC_THRESHOLDS = (50_000, 20, 100)
+"""The collector's thresholds while a rebuild holds its histories (Python's are 700, 10, 10).
+
+A rebuild allocates hundreds of thousands of models that all stay alive until its
+jobs are folded and creates almost no reference cycles, so the default young-
+generation collections keep re-scanning survivors: on 65,000 records they doubled
+the CPU of reading and decoding (1.5 s against 0.7 s). Rarer collections keep
+nearly all of that gain (0.8 s) and still collect the cycles asyncio and the
+Kafka client leave behind, which switching the collector off would not."""
+
+
+@contextlib.contextmanager
+def tuned_gc() -> Iterator[None]:
+    """Freeze what exists (imports, settings) and collect rarely; restore both afterwards."""
+    before = gc.get_threshold()
+    gc.freeze()  # objects from before the rebuild are never scanned again during it
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
 async def rebuild_partitions(
     settings: Settings,
     partitions: Sequence[int] | None = None,
     options: Options = Options(),
 ) -> Rebuilt:
     """Rebuild the jobs of ``partitions`` (all when None) of the job-keyed topics."""
-    async with Ledger(settings, "replay") as ledger:
-        return await _rebuild(ledger, partitions, options)
+    with tuned_gc():
+        async with Ledger(settings, "replay") as ledger:
+            return await _rebuild(ledger, partitions, options)
 
 
 async def _rebuild(ledger: Ledger, partitions: Sequence[int] | None, options: Options) -> Rebuilt:
@@ -166,13 +193,14 @@ async def _rebuild(ledger: Ledger, partitions: Sequence[int] | None, options: Op
     for suffix in FOLDED_TOPICS:
         count = 0
         # A reader: an undecodable record is skipped (dead_letter=False); the sink parks it.
-        async for record in ledger.read_partitions(settings.topic(suffix), parts, "replay"):
-            count += 1
-            value = record.value
-            if suffix == "job-events" and isinstance(value, Event):
-                histories[record.key].append(value)
-            elif isinstance(value, MeterTick):
-                ticks[record.key].append(value)
+        async for batch in ledger.read_batches(settings.topic(suffix), parts, "replay"):
+            count += len(batch)
+            for record in batch:
+                value = record.value
+                if suffix == "job-events" and isinstance(value, Event):
+                    histories[record.key].append(value)
+                elif isinstance(value, MeterTick):
+                    ticks[record.key].append(value)
         out.records[suffix] = count
     policy = default_policy()
     for job_id, history in histories.items():

@@ -1,0 +1,88 @@
+"""Build pydantic models from already-valid values, without validating them again.
+
+The codec's trusted path (:func:`schemas.codec.decode` with ``trusted=True``) uses
+this for payloads read from gridledger's own topics: each was written by
+:func:`schemas.codec.encode` from a model that had been validated when it was
+made, with a writer schema this build stores, and Avro's binary format already
+fixes every field's type. Validating such a record again re-checks what was
+checked before it was written and costs about as much as reading the bytes.
+
+A builder sets the instance's ``__dict__`` directly, as ``BaseModel.model_construct``
+does, but is compiled once per model: it knows which fields hold nested models
+(directly, optional, in lists or in maps) and converts only those, where
+``model_construct`` walks every field, its aliases and defaults on every call (it
+measured slower than ``model_validate``). The validators of the models are checks
+that return their input unchanged, or fill what the wire always carries (an
+event's ``type``), so on a payload written from a valid model they would change
+nothing; ``tests/schemas/test_codec.py`` pins that the trusted and validated
+decodes of every event and view are equal.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+
+from schemas.errors import SchemaRegistryError
+
+Convert = Callable[[Any], Any]
+Builder = Callable[[dict[str, Any]], BaseModel]
+
+_set = object.__setattr__
+
+
+def _converter(tp: Any) -> Convert | None:
+    """How to turn a decoded value of annotation ``tp`` into the model's value (None: as is)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        branches = [a for a in args if a is not type(None)]
+        inner = _converter(branches[0]) if len(branches) == 1 else None
+        if inner is None:
+            return None
+        return lambda v: None if v is None else inner(v)
+    if origin is list:
+        item = _converter(args[0])
+        return None if item is None else (lambda v: [item(x) for x in v])
+    if origin is dict:
+        value = _converter(args[1])
+        return None if value is None else (lambda v: {k: value(x) for k, x in v.items()})
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return builder(tp)
+    return None
+
+
+@cache
+def builder(model: type[BaseModel]) -> Builder:
+    """A function that makes a ``model`` from a dict of its (valid) field values.
+
+    The dict becomes the instance's ``__dict__``; nested records are built in place.
+    """
+    hooks = model.__pydantic_post_init__, model.__private_attributes__
+    if any(hooks) or model.__pydantic_root_model__:
+        raise SchemaRegistryError(
+            f"{model.__name__} has private attributes, a post-init hook or is a root model: "
+            "the trusted decode cannot build it; decode it with trusted=False"
+        )
+    nested = tuple(
+        (name, convert)
+        for name, info in model.model_fields.items()
+        if (convert := _converter(info.annotation)) is not None
+    )
+    new = model.__new__
+
+    def build(values: dict[str, Any]) -> BaseModel:
+        for name, convert in nested:
+            values[name] = convert(values[name])
+        obj = new(model)
+        _set(obj, "__dict__", values)
+        _set(obj, "__pydantic_fields_set__", set(values))
+        _set(obj, "__pydantic_extra__", None)
+        _set(obj, "__pydantic_private__", None)
+        return obj
+
+    return build
