@@ -15,10 +15,19 @@ The baselines read the same records with a plain aiokafka consumer and decode
 each body with ``fastavro.schemaless_reader`` and its writer schema
 only (no models, no folds), on one core: over the folded topics (the records
 the replay reads) and over all four job topics (the figure of earlier runs).
+
+``python -m bench.replay --growth 100000,300000,1000000`` measures how the cost
+grows instead: it fills one ledger step by step up to each size (loading in
+chunks, so the bench process stays small) and runs the 2-worker rebuild at each,
+reporting time, records/s and each worker's peak RSS; saved as
+``bench/results/replay-growth.json``. Not part of ``gridledger bench`` (loading a
+million events takes minutes on 2 cores).
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import io
 import time
 from typing import Any
@@ -26,7 +35,7 @@ from typing import Any
 import fastavro
 from aiokafka import TopicPartition
 
-from bench.common import Result, isolated, self_peak_rss_mb, target
+from bench.common import RESULTS, Result, isolated, self_peak_rss_mb, target
 from bench.load import load
 from schemas import codec
 from schemas.views import TERMINAL_STATUSES
@@ -57,6 +66,7 @@ async def replay(
         "events_per_s": rebuilt.events / total_s,
         "cpu_s": round(cpu_s, 3),
         "cpu_us_per_event": round(cpu_s / rebuilt.events * 1e6, 1) if rebuilt.events else None,
+        "peak_rss_mb_per_worker": round(rebuilt.peak_rss_mb, 1),
     }
     if options.decisions:
         figures["jobs_with_drift"] = len(rebuilt.drift)
@@ -143,3 +153,63 @@ async def run(settings: Settings, quick: bool) -> Result:
             "beyond a few thousand events per partition"
         )
     return result
+
+
+GROWTH_CHUNK = 100_000
+"""Events encoded and sent at a time while filling the growth ledger."""
+
+
+async def growth(settings: Settings, sizes: list[int], workers: int) -> Result:
+    """The rebuild at each size of one ledger filled step by step (``--growth``)."""
+    result = Result("replay-growth", False, params={"sizes": sizes, "workers": workers})
+    async with isolated(settings) as scoped, Ledger(scoped, "bench-replay") as ledger:
+        events, jobs, chunk, load_s = 0, 0, 0, 0.0
+        for size in sorted(sizes):
+            began = time.perf_counter()
+            while events < size:
+                loaded = await load(ledger, min(GROWTH_CHUNK, size - events), f"job-c{chunk:03d}")
+                events, jobs, chunk = events + loaded.events, jobs + loaded.jobs, chunk + 1
+            load_s += time.perf_counter() - began
+            figures = await replay(ledger, workers, events, Options(keep_models=False))
+            result.figures[f"{size:,} events"] = {
+                "jobs": jobs,
+                "load_s": round(load_s, 1),
+                **figures,
+            }
+            print(f"{events:,} events: {_fmt_growth(figures)}", flush=True)
+    result.peak_rss_mb["bench process (loading, workers excluded)"] = self_peak_rss_mb()
+    result.notes.append(
+        "each size is the same ledger grown; peak_rss_mb_per_worker is the largest worker's "
+        "VmHWM (ru_maxrss) for a rebuild that keeps every history of its partitions in memory"
+    )
+    return result
+
+
+def _fmt_growth(figures: dict[str, Any]) -> str:
+    return (
+        f"{figures['total_s']} s, {figures['events_per_s']:,.0f} records/s "
+        f"({figures.get('ledger_events_per_s', 0):,.0f} ledger events/s), "
+        f"{figures['cpu_us_per_event']} us CPU/record, "
+        f"worker peak RSS {figures['peak_rss_mb_per_worker']} MiB"
+    )
+
+
+def main() -> None:
+    from services.settings import load_settings
+
+    parser = argparse.ArgumentParser(prog="python -m bench.replay", description=__doc__)
+    parser.add_argument(
+        "--growth", required=True, help="comma-separated ledger sizes, e.g. 100000,1000000"
+    )
+    parser.add_argument("--workers", type=int, default=default_workers())
+    args = parser.parse_args()
+    sizes = [int(n) for n in args.growth.replace("_", "").split(",")]
+    began = time.perf_counter()
+    result = asyncio.run(growth(load_settings(), sizes, args.workers))
+    result.elapsed_s = time.perf_counter() - began
+    print("\n".join(result.lines()))
+    print(f"  saved {result.save(RESULTS)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -26,6 +26,7 @@ import contextlib
 import gc
 import multiprocessing
 import os
+import resource
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -84,6 +85,9 @@ class Rebuilt:
     workers: int = 1
     cpu_s: float = 0.0
     """CPU seconds the rebuild took in its process(es), reading to results (no start-up)."""
+    peak_rss_mb: float = 0.0
+    """The largest peak resident memory of the process(es) that rebuilt (in-process: this
+    process's peak over its whole life)."""
 
     @property
     def events(self) -> int:
@@ -100,6 +104,7 @@ class Rebuilt:
         for suffix, n in other.records.items():
             self.records[suffix] = self.records.get(suffix, 0) + n
         self.cpu_s += other.cpu_s
+        self.peak_rss_mb = max(self.peak_rss_mb, other.peak_rss_mb)
 
     def sorted(self) -> Rebuilt:
         """The same results with every mapping in job id order (deterministic output)."""
@@ -112,6 +117,7 @@ class Rebuilt:
             records=dict(sorted(self.records.items())),
             workers=self.workers,
             cpu_s=self.cpu_s,
+            peak_rss_mb=self.peak_rss_mb,
         )
 
     def all_drift(self) -> list[DecisionDrift]:
@@ -216,6 +222,7 @@ async def _rebuild(ledger: Ledger, partitions: Sequence[int] | None, options: Op
     if options.compare_published:
         await _judge_published(ledger, parts, histories, out)
     out.cpu_s = time.process_time() - cpu
+    out.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     return out
 
 

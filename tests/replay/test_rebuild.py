@@ -45,10 +45,9 @@ def ledger_events() -> list[Event]:
 
 
 def same_results(a: Rebuilt, b: Rebuilt) -> bool:
-    """Equal except for how it ran (workers, CPU time)."""
-    return dataclasses.replace(a, workers=0, cpu_s=0.0) == dataclasses.replace(
-        b, workers=0, cpu_s=0.0
-    )
+    """Equal except for how it ran (workers, CPU time, memory)."""
+    ran = {"workers": 0, "cpu_s": 0.0, "peak_rss_mb": 0.0}
+    return dataclasses.replace(a, **ran) == dataclasses.replace(b, **ran)
 
 
 async def dead_letters(ledger: Ledger) -> int:
