@@ -384,9 +384,10 @@ async def wait_ready(settings: Settings, timeout: float = 120.0, pid: int | None
         if processes.port_open("127.0.0.1", settings.s3_port):
             try:
                 await asyncio.to_thread(s3client.ensure_bucket, settings, creds.admin)
-                return
             except ObjectStoreError as exc:
                 last_error = exc
+            else:
+                return
         await asyncio.sleep(0.5)
     raise StackError(
         f"the S3 gateway on {settings.s3_url} did not serve bucket {settings.s3_bucket!r} within "

@@ -293,7 +293,7 @@ class Lane:
             try:
                 await self._io(self.segments.append, [record for record, _ in batch])
             except Exception as exc:  # noqa: BLE001 - every waiting caller must hear of it
-                log.error("spool %s: append failed: %s", self.segments.directory, exc)
+                log.exception("spool %s: append failed", self.segments.directory)
                 error = AgentError(f"spool {self.segments.directory} is not writable: {exc}")
                 for _, fut in batch:
                     if not fut.done():

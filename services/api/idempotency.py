@@ -104,13 +104,14 @@ class Submissions:
                 known = await append()
             self._remember(slot, known)
             flight.set_result(known)
-            return known, appended
         except Exception as exc:
             flight.set_exception(exc)
             raise
         except BaseException:
             flight.cancel()  # this request was cancelled: the others are told so
             raise
+        else:
+            return known, appended
         finally:
             del self._flights[slot]
 

@@ -92,11 +92,13 @@ def decode_cursor(token: str) -> JobCursor:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         at, job_id = json.loads(raw)
-        if not isinstance(job_id, str) or not (at is None or isinstance(at, str)):
-            raise ValueError("wrong shape")
-        return (datetime.fromisoformat(at) if at else None, job_id)
+        shaped = isinstance(job_id, str) and (at is None or isinstance(at, str))
+        moment = datetime.fromisoformat(at) if shaped and at else None
     except (ValueError, TypeError, binascii.Error) as exc:
         raise ValueError(f"not a cursor this API issued ({exc})") from exc
+    if not shaped:
+        raise ValueError("not a cursor this API issued (wrong shape)")
+    return (moment, job_id)
 
 
 async def accounting(pool: asyncpg.Pool, job_id: str) -> dict[str, Any] | None:

@@ -304,7 +304,7 @@ class Phase:
             log = (self.home / "logs" / f"forward-{port}.log").open("ab")
             forward = ["forward", f"127.0.0.1:{port}", f"{ns.host_ip}:{port}"]
             self._forwarders.append(
-                subprocess.Popen(
+                subprocess.Popen(  # noqa: ASYNC220 - returns once forked; lives until stop()
                     [*ns.wrapper(), sys.executable, "-m", "services.chaos.netns", *forward],
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -324,15 +324,17 @@ class Phase:
         while True:
             try:
                 await up()
-                return
             except Exception as exc:  # a stale pid file or port: try again shortly
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{what} did not come back: {exc}") from exc
                 await asyncio.sleep(1.0)
+            else:
+                return
 
     async def wait_gone(self, pid: int, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
-        while processes.is_alive(pid) and time.monotonic() < deadline:
+        # Another process's exit sets no event here: polling its pid is the only way.
+        while processes.is_alive(pid) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
 
     async def stop(self) -> None:
@@ -340,7 +342,7 @@ class Phase:
         for forwarder in self._forwarders:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(forwarder.pid, 9)
-            forwarder.wait(timeout=10)
+            await asyncio.to_thread(forwarder.wait, timeout=10)
         for relay in self._relays:
             relay.close()
         if self.netns is not None:
@@ -349,14 +351,17 @@ class Phase:
             await self._http.close()
         for node_id in self.node_ids.values():
             label = f"label=gridledger.node_id={node_id}"
-            subprocess.run(
+            await asyncio.to_thread(
+                subprocess.run,
                 f"docker ps -aq --filter {label} | xargs -r docker rm -f",
                 shell=True,
                 capture_output=True,
                 check=False,
             )
         if self.spool_mount is not None:
-            subprocess.run(["umount", "-l", str(self.spool_mount)], capture_output=True)
+            await asyncio.to_thread(
+                subprocess.run, ["umount", "-l", str(self.spool_mount)], capture_output=True
+            )
         with contextlib.suppress(Exception):
             await asyncio.to_thread(stack.down, self.settings)
         # The services' logs outlive the private stack, for whoever reads the report.

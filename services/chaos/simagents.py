@@ -39,7 +39,8 @@ async def run(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    with Path(args.acks).open("a", buffering=1) as acks:
+    # Line-buffered appends of one event id per ack, read by the harness afterwards.
+    with Path(args.acks).open("a", buffering=1) as acks:  # noqa: ASYNC230
         async with Ledger(settings, f"simagents-{args.prefix}") as ledger:
             fleet = SimFleet(
                 ledger,

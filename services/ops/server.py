@@ -152,11 +152,12 @@ async def request_metrics(
     status = 500
     try:
         response = await handler(request)
-        status = response.status
-        return response
     except web.HTTPException as exc:
         status = exc.status
         raise
+    else:
+        status = response.status
+        return response
     finally:
         route = request.match_info.route.resource
         template = route.canonical if route is not None else "(unmatched)"

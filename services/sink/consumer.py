@@ -132,7 +132,6 @@ class Sink:
             try:
                 sessions += 1
                 await self._session()
-                return
             except _LockHeld as exc:
                 if sessions == 1:
                     raise  # at start: another sink runs on this schema
@@ -146,6 +145,8 @@ class Sink:
                     self.ledger.outage.down(exc)
                 else:
                     raise
+            else:
+                return
             self.writer.forget()
             tries = 0 if self.applied_batches > batches else tries
             await wait_event(self._stopping, backoff.delay(tries))

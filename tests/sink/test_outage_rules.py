@@ -12,10 +12,10 @@ from services.sink.db import ReadModelError, postgres_unavailable
 
 
 def _wrapped(cause: BaseException) -> ReadModelError:
-    try:
-        raise ReadModelError("cannot reach Postgres") from cause
-    except ReadModelError as exc:
-        return exc
+    """A ReadModelError as ``raise ... from cause`` leaves it."""
+    error = ReadModelError("cannot reach Postgres")
+    error.__cause__ = cause
+    return error
 
 
 POSTGRES_CASES = [
