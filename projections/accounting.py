@@ -50,9 +50,10 @@ from schemas.events import (
 )
 from schemas.views import TERMINAL_STATUSES, AccountingRecord, AttemptAccounting, JobView
 
-POLICY_VERSION = "2"
+POLICY_VERSION = "3"
 """2: late facts (a kept late success billed to its real release, superseded and
-after-end attempts credited, a late success not kept never billed)."""
+after-end attempts credited, a late success not kept never billed). 3: the meter is
+reconciled over the counted window; ticks after it are reported as ``uncounted``."""
 _US = timedelta(microseconds=1)
 
 
@@ -141,6 +142,12 @@ def _held(
     return held.occurred_at, end, source, held_us
 
 
+def _in_window(tick: MeterTick, counted_end: datetime | None) -> bool:
+    """Tick ``tick`` falls in the window the lifecycle counted: it started by the counted
+    end (``released_at``; no end while the attempt is open)."""
+    return counted_end is None or tick.interval_start <= counted_end
+
+
 def _classified_outcome(classified: FailureClassified, lost: bool) -> tuple[str, str, str]:
     if classified.failure_class == "cancelled":
         outcome = "cancelled"
@@ -199,10 +206,18 @@ def _attempt(
     for tick in ticks:
         if tick.attempt == n:
             by_index.setdefault(tick.tick_index, tick)
-    metered = math.fsum(t.gpu_seconds for t in by_index.values())
+    # The meter is reconciled over the window the lifecycle counted. A tick whose period
+    # starts after the counted end (a lost attempt's ticks past its last heartbeat, which
+    # its spool delivers late) is time nobody bills or credits: it is reported apart
+    # (``uncounted_*``), so the record shows the meter saw the attempt run on without
+    # calling the lifecycle wrong. A tick straddling the end counts whole: ticks are facts,
+    # never split, and the tolerance is one tick.
+    counted = {i: t for i, t in by_index.items() if _in_window(t, released_at)}
+    uncounted = sorted(set(by_index) - set(counted))
+    metered = math.fsum(t.gpu_seconds for t in counted.values())
     top = max(by_index, default=-1)
     tolerance = max(
-        (t.interval_s * t.gpu_count for t in by_index.values()),
+        (t.interval_s * t.gpu_count for t in counted.values()),
         default=policy.default_tick_s * max(gpu_count, 1),
     )
     gpu_seconds = gpu_us / 1e6
@@ -216,6 +231,8 @@ def _attempt(
         gpu_model=(held.gpu_model if held else "") or (scheduled.gpu_model if scheduled else ""),
         gpu_seconds=gpu_seconds,
         metered_gpu_seconds=metered,
+        uncounted_gpu_seconds=math.fsum(by_index[i].gpu_seconds for i in uncounted),
+        uncounted_ticks=uncounted,
         tick_count=len(by_index),
         missing_ticks=[i for i in range(top + 1) if i not in by_index],
         final_tick_seen=any(t.final for t in by_index.values()),
@@ -312,6 +329,7 @@ def account(
         held_seconds=held_us / 1e6,
         gpu_seconds=gpu_us / 1e6,
         metered_gpu_seconds=math.fsum(a.metered_gpu_seconds for a in attempts),
+        uncounted_gpu_seconds=math.fsum(a.uncounted_gpu_seconds for a in attempts),
         billable_gpu_seconds=billable_us / 1e6,
         credited_gpu_seconds=credited_us / 1e6,
         reconciled=all(a.reconciled for a in attempts),

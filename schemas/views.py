@@ -172,7 +172,15 @@ class AttemptAccounting(Record):
     gpu_seconds: float = 0.0
     """held_seconds x gpu_count, from the lifecycle events."""
     metered_gpu_seconds: float = 0.0
-    """Sum of the attempt's meter ticks, each tick index counted once."""
+    """Sum of the attempt's meter ticks in the window the lifecycle counted (those that
+    started by ``released_at``; all of them while open), each tick index counted once.
+    ``reconciled`` compares it with ``gpu_seconds``."""
+    uncounted_gpu_seconds: float = 0.0
+    """Sum of the meter ticks that started after ``released_at``: the meter saw the
+    attempt run on after the lifecycle stopped counting it (a lost attempt whose node
+    was only unheard). Neither billed nor credited; shown so nothing metered is hidden."""
+    uncounted_ticks: list[int] = Field(default_factory=list)
+    """Indices of those ticks."""
     tick_count: int = 0
     missing_ticks: list[int] = Field(default_factory=list)
     """Tick indices below the highest one received that never arrived."""
@@ -194,7 +202,9 @@ class AttemptAccounting(Record):
 class AccountingRecord(Record):
     """What one job held, what was metered, what is owed and what is credited."""
 
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2
+    """2: ``uncounted_gpu_seconds`` / ``uncounted_ticks`` (the meter reconciled over the
+    counted window)."""
 
     job_id: str
     tenant: str = ""
@@ -206,6 +216,8 @@ class AccountingRecord(Record):
     held_seconds: float = 0.0
     gpu_seconds: float = 0.0
     metered_gpu_seconds: float = 0.0
+    uncounted_gpu_seconds: float = 0.0
+    """Metered after the counted end of an attempt (``AttemptAccounting``), summed."""
     billable_gpu_seconds: float = 0.0
     credited_gpu_seconds: float = 0.0
     reconciled: bool = True

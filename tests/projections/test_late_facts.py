@@ -155,3 +155,39 @@ def test_late_facts_are_billed_once_and_credited_only_to_the_last_heartbeat(
     else:  # the loss stands: credited up to the last heartbeat, never past it
         assert first.outcome == "lost" and first.billable_gpu_seconds == 0.0
         assert first.released_at == lost.last_heartbeat_at
+
+
+@PROPERTY
+@given(outages())
+def test_the_meter_is_reconciled_over_the_window_the_lifecycle_counted(
+    case: tuple[JobHistory, str, str, bool],
+) -> None:
+    """Whatever arrived late, every attempt's meter agrees with its lifecycle over the window
+    the lifecycle counted; the ticks after that window (a lost attempt's node ran on,
+    unheard) are reported apart, neither dropped nor billed."""
+    h, _, _, _ = case
+    record = account(h.events, h.ticks)
+    assert record.reconciled
+    for a in record.attempts:
+        ticks = {t.tick_index: t for t in h.ticks if t.attempt == a.attempt}
+        if a.held_from is None:  # placed, never held (a dispatch timeout): nothing metered
+            assert ticks == {} and a.metered_gpu_seconds == a.uncounted_gpu_seconds == 0.0
+            continue
+        end = a.released_at
+        assert end is not None  # final: released or declared lost
+        after = sorted(i for i, t in ticks.items() if t.interval_start > end)
+        assert a.uncounted_ticks == after
+        assert a.metered_gpu_seconds + a.uncounted_gpu_seconds == sum(
+            t.gpu_seconds for t in ticks.values()
+        )
+        assert a.billable_gpu_seconds + a.credited_gpu_seconds == a.gpu_seconds
+        if a.release_source == "released":
+            assert after == []  # the meter stops at the release: nothing after it
+    lost = next(e for e in h.events if isinstance(e, AttemptLost))
+    first = record.attempts[0]
+    if first.release_source == "lost":
+        beat = lost.last_heartbeat_at
+        assert beat is not None and first.released_at == beat
+        ran_on = any(t.attempt == 1 and t.interval_start > beat for t in h.ticks)
+        assert (first.uncounted_gpu_seconds > 0) == ran_on
+    assert record.uncounted_gpu_seconds == sum(a.uncounted_gpu_seconds for a in record.attempts)
