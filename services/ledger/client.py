@@ -7,7 +7,9 @@ decode goes to the dead-letter topic with its topic/partition/offset and the
 error, and the reader moves on.
 
 Outages: an append the broker did not acknowledge raises
-:class:`BrokerUnavailableError` and drops the producer (its idempotent session
+:class:`BrokerUnavailableError` (or, for an error waiting cannot fix, a
+:class:`~services.ledger.errors.LedgerRefusedError` naming the cause and the fix:
+the table is :data:`services.ledger.errors.FATAL`) and drops the producer (its idempotent session
 may be left with sequence numbers the broker never saw); the next append starts
 a fresh one. ``start(wait=True)`` and :meth:`Ledger.append_until_acked` ride an
 outage out with the shared backoff (:mod:`services.backoff`), logging once when
@@ -35,6 +37,12 @@ from schemas import codec
 from schemas.errors import EventDecodeError, LedgerError
 from schemas.events import Event
 from services.backoff import outage_of, retrying, route_client_logs
+from services.ledger.errors import (
+    BrokerUnavailableError,
+    append_failed,
+    broker_unavailable,
+    refusal_of,
+)
 from services.ops import metrics
 from services.settings import Settings
 
@@ -45,23 +53,6 @@ DLQ_SOURCE_PARTITION = "gridledger-source-partition"
 DLQ_SOURCE_OFFSET = "gridledger-source-offset"
 DLQ_ERROR = "gridledger-error"
 DLQ_CONSUMER = "gridledger-consumer"
-
-
-class BrokerUnavailableError(LedgerError):
-    """The broker could not be reached or did not acknowledge: worth retrying later.
-
-    Its siblings (a missing topic, a record too large, a ledger not started) are
-    bugs or bad configuration and are not retried.
-    """
-
-
-def broker_unavailable(exc: BaseException) -> bool:
-    """True for an error that means "the broker is not reachable now" (retry it).
-
-    Not a bare OSError: the ledger wraps the client's socket errors, and an OSError
-    that reaches a caller unwrapped may be Postgres's (the API tells the two apart).
-    """
-    return isinstance(exc, BrokerUnavailableError | KafkaError)
 
 
 LOG_APPEND_TIME = 1
@@ -161,6 +152,7 @@ class Ledger:
         return self
 
     async def _start_producer(self) -> None:
+        bootstrap = self.settings.kafka_bootstrap
         producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka_bootstrap,
             client_id=self.name,
@@ -174,8 +166,10 @@ class Ledger:
             await producer.start()
         except KafkaError as exc:
             await producer.stop()
+            if refusal_of(exc) is not None:  # e.g. refused credentials: waiting cannot help
+                raise append_failed(exc, f"connecting to Kafka at {bootstrap}") from exc
             raise BrokerUnavailableError(
-                f"cannot reach Kafka at {self.settings.kafka_bootstrap}: {exc}. "
+                f"cannot reach Kafka at {bootstrap}: {exc}. "
                 "Start the local stack with `gridledger dev up`"
             ) from exc
         self._producer = producer
@@ -290,9 +284,7 @@ class Ledger:
             )
         except (KafkaError, OSError) as exc:
             await self._drop_producer()
-            raise BrokerUnavailableError(
-                f"the broker did not acknowledge the append: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise append_failed(exc, f"append of {len(events)} event(s)") from exc
         self.outage.up()
         produced: dict[str, int] = {}
         for tp, _, _ in slots:
@@ -331,7 +323,7 @@ class Ledger:
             )
         except KafkaError as exc:
             await self._drop_producer()
-            raise BrokerUnavailableError(f"append to {topic} failed: {exc}") from exc
+            raise append_failed(exc, f"append to {topic}") from exc
         return await self._settle(fut)
 
     async def _send(self, topic: str, key: str, value: BaseModel | None) -> asyncio.Future[Any]:
@@ -343,16 +335,14 @@ class Ledger:
             )
         except KafkaError as exc:
             await self._drop_producer()
-            raise BrokerUnavailableError(f"append to {topic} failed: {exc}") from exc
+            raise append_failed(exc, f"append to {topic}") from exc
 
     async def _settle(self, fut: asyncio.Future[Any]) -> Appended:
         try:
             meta = await fut
         except KafkaError as exc:
             await self._drop_producer()
-            raise BrokerUnavailableError(
-                f"the broker did not acknowledge the append: {exc}"
-            ) from exc
+            raise append_failed(exc, "append") from exc
         self.outage.up()
         metrics.EVENTS_PRODUCED.labels(topic=meta.topic).inc()
         return Appended(meta.topic, meta.partition, meta.offset)

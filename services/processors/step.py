@@ -42,7 +42,8 @@ from schemas.views import JobView
 from services.backoff import retrying
 from services.clock import utcnow
 from services.ledger import Ledger
-from services.ledger.client import BrokerUnavailableError, broker_unavailable, heard_at
+from services.ledger.client import broker_unavailable, heard_at
+from services.ledger.errors import append_failed
 from services.ops import metrics
 from services.processors import dispatch
 from services.processors.store import LOCAL, JobStore
@@ -211,9 +212,7 @@ class Step:
             for future in pending:  # the rest fail too; do not leave their errors unread
                 if future.done() and not future.cancelled():
                     future.exception()
-            raise BrokerUnavailableError(
-                f"the broker did not acknowledge an append: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise append_failed(exc, f"append of {len(encoded)} record(s)") from exc
 
     # ----------------------------------------------------------------------- views
 
