@@ -47,7 +47,7 @@ class Mutation:
 MUTATIONS: tuple[Mutation, ...] = (
     # ---- the five billing rules of the lifecycle
     Mutation("ticks-by-event-id", "projections/accounting.py",
-             "metered = math.fsum(t.gpu_seconds for t in by_index.values())",
+             "metered = math.fsum(t.gpu_seconds for t in counted.values())",
              "metered = math.fsum(t.gpu_seconds for t in ticks if t.attempt == n)",
              "meter ticks count once per (attempt, tick index), not once per event id"),
     Mutation("shutdown-exit-0-is-success", "projections/history.py",
