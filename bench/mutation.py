@@ -80,7 +80,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "if False:",
              "a fact of an attempt declared lost never moves the job"),
     Mutation("late-success-ignored", "projections/decisions.py",
-             "return [*out, *_ending(history, JobSucceeded(**_envelope(event, DECIDER)), n, why)]",
+             "return [*out, *_ending(history, JobSucceeded.derived(event, DECIDER), n, why)]",
              "return []",
              "a late clean success of a lost attempt ends the job succeeded"),
     Mutation("late-failure-ignored", "projections/decisions.py",

@@ -5,7 +5,7 @@ decider append in response to ``event``: FailureClassified when an attempt
 ended unsuccessfully, then (on that FailureClassified) RetryScheduled or the
 terminal event; JobSucceeded after a clean success; JobCancelled for a cancel
 while no compute is held. Derived events get deterministic ids
-(``derived_event_id(cause, processor)``) and the cause's ``occurred_at``, so a
+(``Event.derived(cause, processor)``) and the cause's ``occurred_at``, so a
 processor that crashes and re-processes its input appends exact duplicates
 that every fold drops, and a replay recomputes the same events.
 """
@@ -13,8 +13,6 @@ that every fold drops, and a replay recomputes the same events.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
-from typing import TypedDict
 
 from projections.evidence import ENDING_EVENTS, attempt_ended, late_verdict, trigger_for
 from projections.failures import Classification, classify
@@ -38,7 +36,6 @@ from schemas.events import (
     NoCapacity,
     RetryScheduled,
     RetryWithdrawn,
-    derived_event_id,
 )
 from schemas.views import TERMINAL_STATUSES, UNPLACED_STATUSES, JobView
 
@@ -46,28 +43,6 @@ CLASSIFIER = "classifier"
 DECIDER = "retry-decider"
 DECISION_PRODUCERS = (CLASSIFIER, DECIDER)
 """The ``producer`` of every derived event (no instance suffix: replay must reproduce it)."""
-
-
-class _Envelope(TypedDict):
-    event_id: str
-    job_id: str
-    attempt: int
-    occurred_at: datetime
-    producer: str
-    causation_id: str
-
-
-def _envelope(
-    cause: Event, processor: str, suffix: str = "", attempt: int | None = None
-) -> _Envelope:
-    return _Envelope(
-        event_id=derived_event_id(cause.event_id, processor, suffix),
-        job_id=cause.job_id,
-        attempt=cause.attempt if attempt is None else attempt,
-        occurred_at=cause.occurred_at,
-        producer=processor,
-        causation_id=cause.event_id,
-    )
 
 
 REACTS_TO: tuple[type[Event], ...] = (*ENDING_EVENTS, CancelRequested, FailureClassified)
@@ -136,8 +111,11 @@ def _stop_others(history: Sequence[Event], cause: Event, keep: int | None, why: 
         lost = first(history, AttemptLost, n) is not None
         state = "was declared lost" if lost else "still runs"
         out.append(
-            AttemptSuperseded(
-                **_envelope(cause, DECIDER, f"supersede:{n}", attempt=n),
+            AttemptSuperseded.derived(
+                cause,
+                DECIDER,
+                f"supersede:{n}",
+                attempt=n,
                 node_id=scheduled.node_id,
                 winner=keep if keep is not None else 0,
                 reason=f"attempt {n} on node {scheduled.node_id} {state}; {why}, so it is "
@@ -184,8 +162,11 @@ def _late_release(
     retries = [r for r in of_type(history, RetryScheduled) if r.next_attempt not in scheduled]
     for retry in retries[-1:]:
         out.append(
-            RetryWithdrawn(
-                **_envelope(event, DECIDER, "withdraw", attempt=retry.attempt),
+            RetryWithdrawn.derived(
+                event,
+                DECIDER,
+                "withdraw",
+                attempt=retry.attempt,
                 next_attempt=retry.next_attempt,
                 reason=f"attempt {n} was given up on, but its process exited 0 and stored "
                 f"its outputs after all: attempt {retry.next_attempt} is not needed",
@@ -195,7 +176,7 @@ def _late_release(
         f"attempt {n}, given up on by the watchdog, finished cleanly after all and its "
         "result wins (the earliest clean success)"
     )
-    return [*out, *_ending(history, JobSucceeded(**_envelope(event, DECIDER)), n, why)]
+    return [*out, *_ending(history, JobSucceeded.derived(event, DECIDER), n, why)]
 
 
 def _late_failure(
@@ -209,20 +190,25 @@ def _late_failure(
     d = decide(view, c, policy)
     if d.action == "retry":
         return []  # the real facts are worth a retry too: the one ordered stands
-    withdrawn = RetryWithdrawn(
-        **_envelope(event, DECIDER, "withdraw", attempt=n),
+    withdrawn = RetryWithdrawn.derived(
+        event,
+        DECIDER,
+        "withdraw",
+        attempt=n,
         next_attempt=retry.next_attempt,
         reason=f"attempt {n} was given up on, but its own facts arrived ({c.failure_class}): "
         f"the job is decided on them and attempt {retry.next_attempt} is not needed",
     )
     classified = _classified(event, c, suffix="late")
-    terminal = _terminal(_envelope(event, DECIDER), c, d)
+    terminal = _terminal(event, c, d)
     return [withdrawn, classified, *_ending(history, terminal, n)]
 
 
 def _classified(cause: Event, c: Classification, suffix: str = "") -> FailureClassified:
-    return FailureClassified(
-        **_envelope(cause, CLASSIFIER, suffix),
+    return FailureClassified.derived(
+        cause,
+        CLASSIFIER,
+        suffix,
         failure_class=c.failure_class,
         attribution=c.attribution,
         retryable=c.retryable,
@@ -234,15 +220,16 @@ def _classified(cause: Event, c: Classification, suffix: str = "") -> FailureCla
     )
 
 
-def _terminal(envelope: _Envelope, c: Classification, d: RetryDecision) -> Event:
-    """The terminal event of a ``final`` decision."""
+def _terminal(cause: Event, c: Classification, d: RetryDecision) -> Event:
+    """The terminal event of a ``final`` decision on ``cause``."""
     if d.terminal == "JobCancelled":
-        return JobCancelled(**envelope, summary=c.summary)
+        return JobCancelled.derived(cause, DECIDER, summary=c.summary)
     if d.terminal == "JobSucceededWithErrors":
         summary = f"{c.summary} {d.reason[:1].upper()}{d.reason[1:]}."
-        return JobSucceededWithErrors(**envelope, summary=summary)
-    return JobFailed(
-        **envelope,
+        return JobSucceededWithErrors.derived(cause, DECIDER, summary=summary)
+    return JobFailed.derived(
+        cause,
+        DECIDER,
         failure_class=c.failure_class,
         attribution=c.attribution,
         summary=c.summary,
@@ -270,13 +257,12 @@ def decider_step(
     view = _view(history, view)
     if view is None or view.status in TERMINAL_STATUSES:
         return []
-    envelope = _envelope(event, DECIDER)
     if isinstance(event, CancelRequested):
         if view.status not in UNPLACED_STATUSES:
             return []  # compute may be held: the agent stops it, the classifier follows
         who = f" by {event.requested_by}" if event.requested_by else ""
         summary = f"Cancelled{who} while {view.status}; no compute was held, nothing is owed."
-        return _ending(history, JobCancelled(**envelope, summary=summary), None)
+        return _ending(history, JobCancelled.derived(event, DECIDER, summary=summary), None)
     if isinstance(event, ComputeReleased):
         n, trigger = event.attempt, trigger_for(history, event.attempt)
         released = first(history, ComputeReleased, n)
@@ -290,7 +276,7 @@ def decider_step(
             and first(history, FailureClassified, n) is None
             and is_clean_success(history, n)
         ):
-            return _ending(history, JobSucceeded(**envelope), n)
+            return _ending(history, JobSucceeded.derived(event, DECIDER), n)
         return []
     if not isinstance(event, FailureClassified):
         return []
@@ -302,8 +288,9 @@ def decider_step(
     d = decide(view, c, policy)
     if d.action == "retry":
         return [
-            RetryScheduled(
-                **envelope,
+            RetryScheduled.derived(
+                event,
+                DECIDER,
                 next_attempt=d.next_attempt or event.attempt + 1,
                 delay_s=d.delay_s,
                 not_before=d.not_before or event.occurred_at,
@@ -314,7 +301,7 @@ def decider_step(
                 avoid_reason=d.avoid_reason,
             )
         ]
-    return _ending(history, _terminal(envelope, c, d), event.attempt)
+    return _ending(history, _terminal(event, c, d), event.attempt)
 
 
 def react(

@@ -19,8 +19,9 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker.errors
 
@@ -37,11 +38,12 @@ from schemas.events import (
     ImageResolved,
     ImageUnavailable,
     LogChunk,
-    MeterTick,
     OutputFailed,
     OutputStored,
     ProcessExited,
     ReleaseReason,
+    agent_fact,
+    fact_key,
 )
 from services.agent import meter
 from services.agent.artifacts import checkpoint_step, list_files
@@ -68,6 +70,7 @@ from services.agent.runtime import (
 )
 from services.ops.logs import bind_context
 
+E = TypeVar("E", bound=Event)
 log = logging.getLogger(__name__)
 
 LAST_LOG_LINES = 50
@@ -139,11 +142,10 @@ class AttemptRunner:
 
     async def _run(self) -> None:
         r, s, ctx = self.record, self.record.scheduled, self.ctx
-        await self._fact("AttemptAccepted", AttemptAccepted, node_id=ctx.node_id)
+        await self._fact(AttemptAccepted, node_id=ctx.node_id)
         if r.held_at is None:
             r.held_at = ctx.clock()
         await self._fact(
-            "ComputeHeld",
             ComputeHeld,
             occurred_at=r.held_at,
             node_id=ctx.node_id,
@@ -208,7 +210,6 @@ class AttemptRunner:
             )
         except ImageUnavailableError as exc:
             await self._fact(
-                "ImageUnavailable",
                 ImageUnavailable,
                 image=s.spec.image,
                 reason=exc.reason,
@@ -216,9 +217,7 @@ class AttemptRunner:
             )
             await self._release("image_unavailable")
             return None
-        await self._fact(
-            "ImageResolved", ImageResolved, image=s.spec.image, image_id=image_id, pulled=pulled
-        )
+        await self._fact(ImageResolved, image=s.spec.image, image_id=image_id, pulled=pulled)
         try:
             resume_file = await self._fetch_resume_checkpoint()
             request = self._container_request(resume_file)
@@ -246,13 +245,10 @@ class AttemptRunner:
         r = self.record
         state = await self.ctx.blocking(self.ctx.runtime.state, container)
         r.started_at = state.started_at or self.ctx.clock()
-        await self._fact(
-            "ContainerStarted", ContainerStarted, container_id=container, node_id=self.ctx.node_id
-        )
+        await self._fact(ContainerStarted, container_id=container, node_id=self.ctx.node_id)
 
     async def _start_failed(self, exc: ContainerStartError, container: str | None = None) -> None:
         await self._fact(
-            "ContainerStartFailed",
             ContainerStartFailed,
             error_kind=exc.error_kind,
             message=exc.message,
@@ -366,7 +362,6 @@ class AttemptRunner:
             runtime_s = (ctx.clock() - r.started_at).total_seconds()
         code = state.exit_code
         await self._fact(
-            "ProcessExited",
             ProcessExited,
             exit_code=code,
             signal=code - 128 if code > 128 else None,
@@ -378,7 +373,7 @@ class AttemptRunner:
         )
 
     async def _finish_stopped(self, container: str | None) -> None:
-        await self._fact("AttemptCancelled", AttemptCancelled, node_id=self.ctx.node_id)
+        await self._fact(AttemptCancelled, node_id=self.ctx.node_id)
         await self._release("cancelled", container)
 
     async def _release(self, reason: ReleaseReason, container: str | None = None) -> None:
@@ -393,7 +388,6 @@ class AttemptRunner:
                 )
                 await self._emit_ticks(ticks)
             await self._fact(
-                "ComputeReleased",
                 ComputeReleased,
                 occurred_at=released_at,
                 node_id=ctx.node_id,
@@ -409,34 +403,26 @@ class AttemptRunner:
 
     # ------------------------------------------------------------------ facts
 
-    async def _fact(self, key: str, cls: type[Event], **fields: Any) -> None:
-        """Spool one lifecycle fact once per attempt (its id derived from ``key``)."""
+    async def _fact(self, cls: type[Event], revision: object = None, **fields: Any) -> None:
+        """Spool one lifecycle fact once per attempt: its key (:func:`fact_key`) is
+        journaled, so a restarted agent does not emit it again."""
         r = self.record
+        key = fact_key(cls, fields, revision)
         if key in r.emitted:
             return
-        event = cls(
-            event_id=self.ctx.event_id(r.scheduled.event_id, key),
-            job_id=r.job_id,
-            attempt=r.attempt,
-            occurred_at=fields.pop("occurred_at", None) or self.ctx.clock(),
-            producer=self.ctx.producer,
-            causation_id=r.scheduled.event_id,
-            **fields,
-        )
-        await self.ctx.spool.append(event)
+        at = fields.pop("occurred_at", None) or self.ctx.clock()
+        await self.ctx.spool.append(self._new(cls, at, revision, **fields))
         r.emitted.append(key)
         self.ctx.journal.save(r, durable=True)
 
-    def _envelope(self, key: str) -> dict[str, Any]:
-        r = self.record
-        return {
-            "event_id": self.ctx.event_id(r.scheduled.event_id, key),
-            "job_id": r.job_id,
-            "attempt": r.attempt,
-            "occurred_at": self.ctx.clock(),
-            "producer": self.ctx.producer,
-            "causation_id": r.scheduled.event_id,
-        }
+    def _new(
+        self, cls: type[E], at: datetime | None = None, revision: object = None, **fields: Any
+    ) -> E:
+        """A fact of this attempt, occurring ``at`` (now when not given)."""
+        r, ctx = self.record, self.ctx
+        return agent_fact(
+            cls, r.scheduled, ctx.node_id, at or ctx.clock(), revision=revision, **fields
+        )
 
     def _gpu_model(self) -> str:
         s = self.record.scheduled
@@ -473,8 +459,8 @@ class AttemptRunner:
             seq = r.heartbeat_seq
             usage = [u for u in ctx.inventory.usage() if u.index in r.gpu_indices]
             await ctx.spool.append(
-                AttemptHeartbeat(
-                    **self._envelope(f"AttemptHeartbeat:{seq}"),
+                self._new(
+                    AttemptHeartbeat,
                     node_id=ctx.node_id,
                     seq=seq,
                     gpus=usage,
@@ -502,20 +488,8 @@ class AttemptRunner:
         if not ticks:
             return
         r, ctx = self.record, self.ctx
-        events = [
-            MeterTick(
-                **self._envelope(f"MeterTick:{t.index}"),
-                node_id=ctx.node_id,
-                tick_index=t.index,
-                interval_start=t.interval_start,
-                interval_s=t.interval_s,
-                gpu_count=r.scheduled.gpu_count,
-                gpu_model=self._gpu_model(),
-                gpu_seconds=t.gpu_seconds,
-                final=t.final,
-            )
-            for t in ticks
-        ]
+        model, now = self._gpu_model(), ctx.clock()
+        events = [meter.tick_fact(t, r.scheduled, ctx.node_id, model, now) for t in ticks]
         await ctx.spool.append_many(events)
         r.next_tick = ticks[-1].index + 1
         ctx.journal.save(r)
@@ -534,9 +508,9 @@ class AttemptRunner:
             return
         r, ctx = self.record, self.ctx
         events: list[Event] = [
-            LogChunk(
-                **self._envelope(f"LogChunk:{c.stream}:{c.seq}"),
-                stream=c.stream,  # type: ignore[arg-type]
+            self._new(
+                LogChunk,
+                stream=c.stream,
                 seq=c.seq,
                 first_line=c.first_line,
                 line_count=c.line_count,
@@ -589,8 +563,8 @@ class AttemptRunner:
             log.warning("checkpoint %s of %s not stored: %s", name, self.key, exc)
             return
         await self._fact(
-            f"CheckpointStored:{name}:{signature[1]}",
             CheckpointStored,
+            revision=signature[1],
             name=name,
             step=checkpoint_step(name),
             uri=stored.uri,
@@ -605,10 +579,8 @@ class AttemptRunner:
         output = self._output_dir()
         for spec in r.scheduled.spec.outputs:
             source = output / spec.path
-            key = f"Output:{spec.path}"
             if not source.exists():
                 await self._fact(
-                    key,
                     OutputFailed,
                     path=spec.path,
                     reason="missing",
@@ -622,7 +594,6 @@ class AttemptRunner:
                 )
             except ArtifactStoreError as exc:
                 await self._fact(
-                    key,
                     OutputFailed,
                     path=spec.path,
                     reason="store_failed",
@@ -631,7 +602,6 @@ class AttemptRunner:
                 )
                 continue
             await self._fact(
-                key,
                 OutputStored,
                 path=spec.path,
                 uri=stored.uri,

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from schemas.events import derived_event_id
+from schemas.events import agent_producer
 from services.agent.artifacts import ArtifactStore
 from services.agent.inventory import Inventory
 from services.agent.journal import Journal
@@ -41,7 +41,7 @@ class AgentContext:
 
     @property
     def producer(self) -> str:
-        return f"agent/{self.agent.node_id}"
+        return agent_producer(self.agent.node_id)
 
     @property
     def work_dir(self) -> Path:
@@ -50,10 +50,6 @@ class AgentContext:
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking call (docker, files) on the agent's thread pool."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
-
-    def event_id(self, scheduled_id: str, key: str) -> str:
-        """Deterministic id of a per-attempt fact: a restarted agent re-emits duplicates."""
-        return derived_event_id(scheduled_id, self.producer, key)
 
 
 class GpuPool:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from schemas.events import AttemptScheduled, MeterTick, agent_fact
+
 
 @dataclass(frozen=True)
 class Tick:
@@ -21,6 +23,27 @@ class Tick:
     interval_s: float
     gpu_seconds: float
     final: bool = False
+
+
+def tick_fact(
+    tick: Tick, scheduled: AttemptScheduled, node_id: str, gpu_model: str, at: datetime
+) -> MeterTick:
+    """The MeterTick fact of ``tick`` of the attempt ``scheduled`` placed on ``node_id``
+    (the agent's and the simulator's alike), reported ``at``."""
+    return agent_fact(
+        MeterTick,
+        scheduled,
+        node_id,
+        at,
+        node_id=node_id,
+        tick_index=tick.index,
+        interval_start=tick.interval_start,
+        interval_s=tick.interval_s,
+        gpu_count=scheduled.gpu_count,
+        gpu_model=gpu_model,
+        gpu_seconds=tick.gpu_seconds,
+        final=tick.final,
+    )
 
 
 def _micros(delta: timedelta) -> int:

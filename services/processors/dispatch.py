@@ -25,7 +25,6 @@ from schemas.events import (
     ComputeReleased,
     DispatchTimedOut,
     Event,
-    derived_event_id,
 )
 
 PROCESSOR = "dispatch"
@@ -67,13 +66,10 @@ def commands_for(
         # Another attempt's result won: the node stops this one the way it stops a cancel.
         # Sent even after the job ended (that is when it is decided) and to a node declared
         # lost (it may only have been unheard); a node not running it ignores it.
-        stop = CancelRequested(
-            event_id=derived_event_id(event.event_id, PROCESSOR, str(event.attempt)),
-            job_id=event.job_id,
-            attempt=event.attempt,
-            occurred_at=event.occurred_at,
-            producer=PROCESSOR,
-            causation_id=event.event_id,
+        stop = CancelRequested.derived(
+            event,
+            PROCESSOR,
+            str(event.attempt),
             requested_by="gridledger",
             reason=f"superseded: {event.reason}",
             node_id=event.node_id,
@@ -91,12 +87,13 @@ def commands_for(
 
 
 def _routed(cancel: CancelRequested, scheduled: AttemptScheduled) -> CancelRequested:
-    return cancel.model_copy(
-        update={
-            "event_id": derived_event_id(cancel.event_id, PROCESSOR, str(scheduled.attempt)),
-            "attempt": scheduled.attempt,
-            "node_id": scheduled.node_id,
-            "causation_id": cancel.event_id,
-            "producer": PROCESSOR,
-        }
+    """The cancel as sent to the node running ``scheduled``: the same request, addressed."""
+    return CancelRequested.derived(
+        cancel,
+        PROCESSOR,
+        str(scheduled.attempt),
+        attempt=scheduled.attempt,
+        node_id=scheduled.node_id,
+        requested_by=cancel.requested_by,
+        reason=cancel.reason,
     )

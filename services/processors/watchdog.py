@@ -52,7 +52,6 @@ from schemas.events import (
     Event,
     FinishingTimedOut,
     ProcessExited,
-    derived_event_id,
 )
 
 PROCESSOR = "watchdog"
@@ -70,13 +69,6 @@ class _Base(TypedDict):
     job_id: str
     attempt: int
     node_id: str
-
-
-class _Common(TypedDict):
-    job_id: str
-    attempt: int
-    occurred_at: datetime
-    producer: str
 
 
 @dataclass(frozen=True)
@@ -183,16 +175,20 @@ class Watch:
     last_seen_at: datetime | None = None
     """When the latest sign of life (acceptance, start, heartbeat) was *heard*, floored at
     the watchdog's rebuild time."""
-    last_seen_id: str = ""
-    """Event the current silence is counted from; the AttemptUnresponsive id derives from it."""
+    last_seen: Event | None = None
+    """The event the current silence is counted from; the AttemptUnresponsive derives from it."""
     last_heartbeat_at: datetime | None = None
     """The latest heartbeat's ``occurred_at`` (the agent's clock: reported, never timed)."""
     unresponsive: AttemptUnresponsive | None = None
     """Open uncertainty (not resolved by AttemptResponsive or AttemptLost)."""
     exited: ProcessExited | None = None
     seen_at: datetime | None = None
-    """When the event ``last_seen_id`` names was heard (``last_seen_at`` may be the floor)."""
+    """When ``last_seen`` was heard (``last_seen_at`` may be the floor)."""
     floor: datetime | None = None
+
+    @property
+    def last_seen_id(self) -> str:
+        return self.last_seen.event_id if self.last_seen is not None else ""
 
 
 def _heard_at(event: Event, heard: Mapping[str, datetime] | None) -> datetime:
@@ -249,7 +245,7 @@ def watch_of(
         phase="running",
         scheduled=current,
         last_seen_at=seen_at if floor is None else max(seen_at, floor),
-        last_seen_id=seen.event_id,
+        last_seen=seen,
         unresponsive=open_[-1] if open_ else None,
         seen_at=seen_at,
         floor=floor,
@@ -275,7 +271,7 @@ def with_heartbeat(
         floor = watch.floor
         update.update(
             seen_at=at,
-            last_seen_id=beat.event_id,
+            last_seen=beat,
             last_seen_at=at if floor is None else max(at, floor),
         )
     return replace(watch, **update)  # type: ignore[arg-type]
@@ -295,18 +291,17 @@ def overdue(
     through = hearing.through(now)
     if through is None:
         return []
-    common = _Common(
-        job_id=watch.job_id, attempt=watch.attempt, occurred_at=now, producer=thresholds.producer
-    )
+    # Each verdict derives from the event that started the wait and occurs now.
+    verdict = {"occurred_at": now, "producer": thresholds.producer}
     if watch.phase == "dispatch":
         deadline = watch.scheduled.dispatch_deadline
         if now < deadline:
             return []
         return [
-            DispatchTimedOut(
-                **common,
-                event_id=derived_event_id(watch.scheduled.event_id, PROCESSOR),
-                causation_id=watch.scheduled.event_id,
+            DispatchTimedOut.derived(
+                watch.scheduled,
+                PROCESSOR,
+                **verdict,
                 node_id=watch.node_id,
                 deadline=deadline,
             )
@@ -317,24 +312,25 @@ def overdue(
         if now < deadline:
             return []
         return [
-            FinishingTimedOut(
-                **common,
-                event_id=derived_event_id(watch.exited.event_id, PROCESSOR),
-                causation_id=watch.exited.event_id,
+            FinishingTimedOut.derived(
+                watch.exited,
+                PROCESSOR,
+                **verdict,
                 node_id=watch.node_id,
                 deadline=deadline,
             )
         ]
-    assert watch.last_seen_at is not None
+    assert watch.last_seen_at is not None and watch.last_seen is not None
     pending = watch.unresponsive
     if pending is not None:
         if _alive_since(watch, pending):
             heard_after = (watch.seen_at or now) - pending.occurred_at
             return [
-                AttemptResponsive(
-                    **common,
-                    event_id=derived_event_id(pending.event_id, PROCESSOR, "responsive"),
-                    causation_id=pending.event_id,
+                AttemptResponsive.derived(
+                    pending,
+                    PROCESSOR,
+                    "responsive",
+                    **verdict,
                     node_id=watch.node_id,
                     silence_s=round(max(0.0, heard_after.total_seconds()) + pending.silence_s, 3),
                 )
@@ -349,10 +345,11 @@ def overdue(
         if through < due:
             return []
         return [
-            AttemptLost(
-                **common,
-                event_id=derived_event_id(pending.event_id, PROCESSOR, "lost"),
-                causation_id=pending.event_id,
+            AttemptLost.derived(
+                pending,
+                PROCESSOR,
+                "lost",
+                **verdict,
                 node_id=watch.node_id,
                 last_heartbeat_at=pending.last_heartbeat_at,
                 deadline=due,
@@ -362,10 +359,11 @@ def overdue(
     if through < due:
         return []
     return [
-        AttemptUnresponsive(
-            **common,
-            event_id=derived_event_id(watch.last_seen_id, PROCESSOR, "unresponsive"),
-            causation_id=watch.last_seen_id,
+        AttemptUnresponsive.derived(
+            watch.last_seen,
+            PROCESSOR,
+            "unresponsive",
+            **verdict,
             node_id=watch.node_id,
             last_heartbeat_at=watch.last_heartbeat_at or watch.last_seen_at,
             silence_s=thresholds.silence_s,

@@ -36,7 +36,6 @@ from schemas.events import (
     NoCapacity,
     NodeEvent,
     RetryScheduled,
-    derived_event_id,
 )
 from schemas.spec import JobSpec
 from schemas.types import Avoidance, CheckpointRef, FitReport
@@ -291,13 +290,12 @@ class SchedulerState:
             return self._rejection(entry, submitted, report, now)
         entry.vram_gb = report.required_vram_gb if report is not None else None
         deadline = submitted.occurred_at + timedelta(seconds=entry.spec.limits.queue_timeout_s)
-        return JobQueued(
-            event_id=derived_event_id(submitted.event_id, PROCESSOR),
-            job_id=entry.job_id,
+        return JobQueued.derived(
+            submitted,
+            PROCESSOR,
             attempt=0,
             occurred_at=now,
             producer=self.config.producer,
-            causation_id=submitted.event_id,
             queue_deadline=deadline,
             reason="waiting for capacity"
             if report is not None
@@ -306,13 +304,12 @@ class SchedulerState:
 
     def _requeue(self, entry: JobEntry, retry: RetryScheduled, now: datetime) -> JobQueued:
         start = max(retry.not_before, now)
-        return JobQueued(
-            event_id=derived_event_id(retry.event_id, PROCESSOR),
-            job_id=entry.job_id,
+        return JobQueued.derived(
+            retry,
+            PROCESSOR,
             attempt=retry.next_attempt,
             occurred_at=now,
             producer=self.config.producer,
-            causation_id=retry.event_id,
             queue_deadline=start + timedelta(seconds=entry.spec.limits.queue_timeout_s),
             reason=f"retry of attempt {retry.attempt}: {retry.reason}".rstrip(": "),
         )
@@ -360,13 +357,12 @@ class SchedulerState:
         resume = entry.resume_from
         if resume is None and entry.attempt == 1 and entry.spec.resume_from:
             resume = self.checkpoints.get(entry.spec.resume_from)
-        return AttemptScheduled(
-            event_id=derived_event_id(queued.event_id, PROCESSOR),
-            job_id=entry.job_id,
+        return AttemptScheduled.derived(
+            queued,
+            PROCESSOR,
             attempt=entry.attempt,
             occurred_at=now,
             producer=self.config.producer,
-            causation_id=queued.event_id,
             node_id=placement.node_id,
             provider=placement.provider,
             region=placement.region,
@@ -399,13 +395,12 @@ class SchedulerState:
             )
         if spec.placement.avoid_nodes:
             detail += f" (the job avoids {', '.join(sorted(spec.placement.avoid_nodes))})"
-        return NoCapacity(
-            event_id=derived_event_id(queued.event_id, PROCESSOR, "no-capacity"),
-            job_id=entry.job_id,
-            attempt=queued.attempt,
+        return NoCapacity.derived(
+            queued,
+            PROCESSOR,
+            "no-capacity",
             occurred_at=now,
             producer=self.config.producer,
-            causation_id=queued.event_id,
             queued_since=queued.occurred_at,
             queue_deadline=queued.queue_deadline,
             detail=detail,
@@ -420,13 +415,13 @@ class SchedulerState:
         self, entry: JobEntry, cause: Event, report: FitReport, now: datetime, suffix: str = ""
     ) -> JobRejected:
         """does_not_fit, with the numbers, derived from the event that led to the check."""
-        return JobRejected(
-            event_id=derived_event_id(cause.event_id, PROCESSOR, suffix),
-            job_id=entry.job_id,
+        return JobRejected.derived(
+            cause,
+            PROCESSOR,
+            suffix,
             attempt=0,
             occurred_at=now,
             producer=self.config.producer,
-            causation_id=cause.event_id,
             failure_class="does_not_fit",
             summary=report.explanation,
             advice=_fit_advice(report),

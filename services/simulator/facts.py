@@ -7,8 +7,9 @@ contract: AttemptAccepted, ComputeHeld, ImageResolved, ContainerStarted,
 heartbeats (seq from 0, no gaps), log chunks (seq from 0, ``first_line`` from 1),
 ProcessExited, OutputStored, final meter ticks (summing exactly to the held
 time, via the agent's own :mod:`services.agent.meter`), ComputeReleased.
-Event ids are derived like the agent's (``derived_event_id(scheduled, producer,
-key)``), so re-emitting is idempotent.
+Every fact is built by the agent's own builder (:func:`schemas.events.agent_fact`), so
+a simulated attempt carries the ids the real agent would give it and re-emitting is
+idempotent.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any, TypeVar
 
 from schemas.events import (
     AttemptAccepted,
@@ -32,9 +34,11 @@ from schemas.events import (
     OutputStored,
     ProcessExited,
     ReleaseReason,
-    derived_event_id,
+    agent_fact,
 )
 from services.agent import meter
+
+E = TypeVar("E", bound=Event)
 
 
 class Outcome(StrEnum):
@@ -78,39 +82,28 @@ class AttemptFacts:
     log_seq: dict[str, int] = field(default_factory=dict)
     log_line: dict[str, int] = field(default_factory=dict)
 
-    @property
-    def producer(self) -> str:
-        return f"agent/{self.node_id}"
-
-    def _env(self, key: str, at: datetime) -> dict[str, object]:
-        s = self.scheduled
-        return {
-            "event_id": derived_event_id(s.event_id, self.producer, key),
-            "job_id": s.job_id,
-            "attempt": s.attempt,
-            "occurred_at": at,
-            "producer": self.producer,
-            "causation_id": s.event_id,
-        }
+    def fact(self, cls: type[E], at: datetime, **fields: Any) -> E:
+        """One fact of this attempt, as the agent on ``node_id`` would build it."""
+        return agent_fact(cls, self.scheduled, self.node_id, at, **fields)
 
     def start(self, at: datetime) -> list[Event]:
         """Accepted, held (the meter starts), image resolved, container started."""
         s = self.scheduled
         self.held_at = at
         return [
-            AttemptAccepted(**self._env("AttemptAccepted", at), node_id=self.node_id),
-            ComputeHeld(
-                **self._env("ComputeHeld", at),
+            self.fact(AttemptAccepted, at, node_id=self.node_id),
+            self.fact(
+                ComputeHeld,
+                at,
                 node_id=self.node_id,
                 gpu_count=s.gpu_count,
                 gpu_model=s.gpu_model,
                 gpu_indices=s.gpu_indices,
             ),
-            ImageResolved(
-                **self._env("ImageResolved", at), image=s.spec.image, image_id="sha256:sim"
-            ),
-            ContainerStarted(
-                **self._env("ContainerStarted", at),
+            self.fact(ImageResolved, at, image=s.spec.image, image_id="sha256:sim"),
+            self.fact(
+                ContainerStarted,
+                at,
                 container_id=f"sim-{s.job_id[:12]}-{s.attempt}",
                 node_id=self.node_id,
             ),
@@ -119,18 +112,17 @@ class AttemptFacts:
     def heartbeat(self, at: datetime) -> AttemptHeartbeat:
         seq = self.heartbeat_seq
         self.heartbeat_seq += 1
-        return AttemptHeartbeat(
-            **self._env(f"AttemptHeartbeat:{seq}", at), node_id=self.node_id, seq=seq
-        )
+        return self.fact(AttemptHeartbeat, at, node_id=self.node_id, seq=seq)
 
     def log(self, at: datetime, lines: list[str], stream: str = "stdout") -> LogChunk:
         seq = self.log_seq.get(stream, 0)
         first = self.log_line.get(stream, 1)
         self.log_seq[stream] = seq + 1
         self.log_line[stream] = first + len(lines)
-        return LogChunk(
-            **self._env(f"LogChunk:{stream}:{seq}", at),
-            stream=stream,  # type: ignore[arg-type]
+        return self.fact(
+            LogChunk,
+            at,
+            stream=stream,
             seq=seq,
             first_line=first,
             line_count=len(lines),
@@ -149,20 +141,7 @@ class AttemptFacts:
         s = self.scheduled
         if ticks:
             self.next_tick = ticks[-1].index + 1
-        return [
-            MeterTick(
-                **self._env(f"MeterTick:{t.index}", t.interval_start),
-                node_id=self.node_id,
-                tick_index=t.index,
-                interval_start=t.interval_start,
-                interval_s=t.interval_s,
-                gpu_count=s.gpu_count,
-                gpu_model=s.gpu_model,
-                gpu_seconds=t.gpu_seconds,
-                final=t.final,
-            )
-            for t in ticks
-        ]
+        return [meter.tick_fact(t, s, self.node_id, s.gpu_model, t.interval_start) for t in ticks]
 
     def finish(self, at: datetime, outcome: Outcome) -> list[Event]:
         """The end of a process that exited: error log, exit, outputs, final ticks, release."""
@@ -172,8 +151,9 @@ class AttemptFacts:
         if lines:
             events.append(self.log(at, lines, "stderr"))
         events.append(
-            ProcessExited(
-                **self._env("ProcessExited", at),
+            self.fact(
+                ProcessExited,
+                at,
                 exit_code=0 if outcome == Outcome.SUCCESS else 1,
                 runtime_s=(at - self.held_at).total_seconds(),
                 last_log_lines=lines[-20:],
@@ -183,8 +163,9 @@ class AttemptFacts:
             for out in self.scheduled.spec.outputs:
                 digest = hashlib.sha256(f"{self.scheduled.job_id}/{out.path}".encode())
                 events.append(
-                    OutputStored(
-                        **self._env(f"OutputStored:{out.path}", at),
+                    self.fact(
+                        OutputStored,
+                        at,
                         path=out.path,
                         uri=f"file:///sim/{self.scheduled.job_id}/{self.scheduled.attempt}/{out.path}",
                         sha256=digest.hexdigest(),
@@ -198,7 +179,5 @@ class AttemptFacts:
         assert self.held_at is not None
         s = self.scheduled
         ticks = meter.final_ticks(self.held_at, at, self.tick_s, s.gpu_count, self.next_tick)
-        released = ComputeReleased(
-            **self._env("ComputeReleased", at), node_id=self.node_id, reason=reason
-        )
+        released = self.fact(ComputeReleased, at, node_id=self.node_id, reason=reason)
         return [*self._ticks(ticks), released]

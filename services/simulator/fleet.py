@@ -256,10 +256,7 @@ class SimFleet:
         if facts is None or facts.held_at is None:
             return
         now = utcnow()
-        cancelled = AttemptCancelled(
-            **facts._env("AttemptCancelled", now),  # noqa: SLF001
-            node_id=node.node_id,
-        )
+        cancelled = facts.fact(AttemptCancelled, now, node_id=node.node_id)
         await self.emit([cancelled, *facts.release(now, "cancelled")])
         self._free(node, key, "cancelled")
 

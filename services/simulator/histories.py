@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from schemas.events import AttemptScheduled, Event, JobQueued, JobSubmitted, derived_event_id
+from schemas.events import AttemptScheduled, Event, JobQueued, JobSubmitted
 from schemas.spec import JobSpec
 from services.simulator.facts import AttemptFacts, Outcome
 from services.simulator.mix import JobMix
@@ -39,21 +39,19 @@ def job_history(
     submitted = JobSubmitted(
         job_id=job_id, occurred_at=t0, producer="api/sim", tenant="sim", spec=spec
     )
-    queued = JobQueued(
-        event_id=derived_event_id(submitted.event_id, "scheduler", "queued"),
-        job_id=job_id,
+    queued = JobQueued.derived(
+        submitted,
+        "scheduler",
+        "queued",
         occurred_at=t0 + timedelta(milliseconds=50),
-        producer="scheduler",
-        causation_id=submitted.event_id,
         queue_deadline=t0 + timedelta(seconds=600),
     )
-    scheduled = AttemptScheduled(
-        event_id=derived_event_id(queued.event_id, "scheduler", "1"),
-        job_id=job_id,
+    scheduled = AttemptScheduled.derived(
+        queued,
+        "scheduler",
+        "1",
         attempt=1,
         occurred_at=t0 + timedelta(milliseconds=100),
-        producer="scheduler",
-        causation_id=queued.event_id,
         node_id=node_id,
         provider="sim-a",
         region="sim-a-r0",
