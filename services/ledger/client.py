@@ -466,13 +466,57 @@ class Ledger:
         partitions: Iterable[int] | None = None,
         consumer_name: str = "reader",
         dead_letter: bool = False,
-        max_records: int = 5000,
     ) -> AsyncIterator[list[LedgerRecord]]:
         """What :meth:`read_partitions` yields, a fetched batch of one partition at a time.
 
         For readers that go through whole topics (replay): one await per batch instead
         of one per record, and the consumed-events counter bumped once per batch.
         """
+        async for raws in self._raw_batches(topic, partitions):
+            records = []
+            for raw in raws:
+                record = self._decoded(raw)
+                if isinstance(record, EventDecodeError):
+                    if dead_letter:
+                        await self.dead_letter(raw, record, consumer_name)
+                    else:
+                        self._skipped(raw, consumer_name, record)
+                elif record is not None:
+                    records.append(record)
+            if records:
+                metrics.EVENTS_CONSUMED.labels(topic=topic).inc(len(records))
+                yield records
+
+    async def read_latest(
+        self, topic: str, partitions: Iterable[int] | None = None, consumer_name: str = "reader"
+    ) -> dict[str, LedgerRecord]:
+        """The latest decodable record per key of a compacted topic, up to its end now.
+
+        Only the last record of each key is decoded (a tombstone removes the key): before
+        the broker compacts a segment, a key's older versions are still there to read.
+        """
+        latest: dict[bytes, Any] = {}
+        async for raws in self._raw_batches(topic, partitions):
+            for raw in raws:
+                if raw.value is None:
+                    latest.pop(raw.key or b"", None)
+                else:
+                    latest[raw.key or b""] = raw
+        out: dict[str, LedgerRecord] = {}
+        for raw in latest.values():
+            record = self._decoded(raw)
+            if isinstance(record, EventDecodeError):
+                self._skipped(raw, consumer_name, record)
+            elif record is not None:
+                out[record.key] = record
+        metrics.EVENTS_CONSUMED.labels(topic=topic).inc(len(out))
+        return out
+
+    async def _raw_batches(
+        self, topic: str, partitions: Iterable[int] | None, max_records: int = 5000
+    ) -> AsyncIterator[list[Any]]:
+        """The raw records of ``partitions`` of ``topic`` from offset 0 to the end as of the
+        call, a fetched batch of one partition at a time."""
         count = await self.partitions(topic)
         tps = [TopicPartition(topic, p) for p in (partitions or range(count))]
         consumer = self.consumer(max_partition_fetch_bytes=4 * 1024 * 1024)
@@ -486,21 +530,10 @@ class Ledger:
                 batch = await consumer.getmany(*pending, timeout_ms=1000, max_records=max_records)
                 for tp, raws in batch.items():
                     end = ends[tp]
-                    records = []
-                    for raw in raws:
-                        if raw.offset >= end:
-                            break
-                        record = self._decoded(raw)
-                        if isinstance(record, EventDecodeError):
-                            if dead_letter:
-                                await self.dead_letter(raw, record, consumer_name)
-                            else:
-                                self._skipped(raw, consumer_name, record)
-                        elif record is not None:
-                            records.append(record)
-                    if records:
-                        metrics.EVENTS_CONSUMED.labels(topic=topic).inc(len(records))
-                        yield records
+                    if raws and raws[-1].offset >= end:
+                        raws = [raw for raw in raws if raw.offset < end]
+                    if raws:
+                        yield raws
                     if await consumer.position(tp) >= end:
                         pending.discard(tp)
                 if not batch:

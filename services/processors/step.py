@@ -141,6 +141,8 @@ class Step:
                 continue
             if record.partition not in store.loaded_at:
                 await self.retrying(partial(store.ensure, record.partition, utcnow()))
+            if value.job_id in store.settled:
+                await self.retrying(partial(store.unsettle, value.job_id, record.partition))
             if isinstance(value, AttemptHeartbeat):
                 store.add_heartbeat(value, heard_at(record, received))
             elif isinstance(value, MeterTick):

@@ -12,6 +12,14 @@ Because the rebuild reads to the end, a processor restarted after a crash
 knows which derived events it already appended and does not append them again;
 for the decisions themselves it folds only the *prefix* of the history up to
 the event being processed, so the answer is the one it would have given live.
+
+Catch-up from the snapshot: before reading a partition the store reads the
+latest views and accounting records the processors published on the compacted
+topics (:mod:`services.replay.snapshot`). The records of *settled* jobs
+(terminal and accounted for) are skipped by key without decoding them, and such
+a job's history is read (:meth:`JobStore.unsettle`) only when a record for it
+arrives, before that record is taken: what the processors then see of the job
+is what a full rebuild would have given them.
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ from schemas import codec
 from schemas.errors import EventDecodeError
 from schemas.events import AttemptHeartbeat, Event, MeterTick
 from services.ledger import Ledger
-from services.ledger.client import heard_at
+from services.ledger.client import heard_at, partition_for
+from services.replay.snapshot import read_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +109,16 @@ class JobLog:
 class JobStore:
     """Job logs by job id plus which partitions have been rebuilt."""
 
-    def __init__(self, ledger: Ledger, with_ticks: bool = False) -> None:
+    def __init__(
+        self, ledger: Ledger, with_ticks: bool = False, *, from_snapshot: bool = True
+    ) -> None:
         self.ledger = ledger
         self.with_ticks = with_ticks
+        self.from_snapshot = from_snapshot
+        """Skip settled jobs' records at rebuild (False: read every job's history)."""
+        self.settled: set[str] = set()
+        """Jobs whose records the rebuild skipped (settled in the snapshot) and that have
+        not been loaded since: :meth:`unsettle` before taking anything for one of them."""
         self.jobs: dict[str, JobLog] = {}
         self.loaded_at: dict[int, datetime] = {}
         """Partition -> when its rebuild finished (wall clock, for the watchdog's grace)."""
@@ -127,32 +143,68 @@ class JobStore:
             if partition in self.loaded_at:
                 return
             settings = self.ledger.settings
+            skipped: set[str] = set()
+            if self.from_snapshot:
+                skipped = (await read_snapshot(self.ledger, [partition])).settled()
+            skip = {job_id.encode() for job_id in skipped}
             count = 0
             changed: set[str] = set()
-            async for offset, event, heard in self._read(settings.topic("job-events"), partition):
+            topic = settings.topic("job-events")
+            async for offset, event, heard in self._read(topic, partition, lambda k: k in skip):
                 if self.log(event.job_id).add(offset, event, heard):
                     changed.add(event.job_id)
                 count += 1
             if self.with_ticks:
-                async for _, event, _ in self._read(settings.topic("meter-ticks"), partition):
+                topic = settings.topic("meter-ticks")
+                async for _, event, _ in self._read(topic, partition, lambda k: k in skip):
                     if isinstance(event, MeterTick):
                         self.add_tick(event)
                         changed.add(event.job_id)
+            self.settled |= skipped
             self.loaded_at[partition] = now
-            log.info("rebuilt partition %d: %d job-events, %d jobs", partition, count, len(changed))
+            log.info(
+                "rebuilt partition %d: %d job-events, %d jobs, %d settled jobs skipped",
+                partition,
+                count,
+                len(changed),
+                len(skipped),
+            )
             for job_id in changed:
                 for callback in self.on_job_changed:
                     callback(job_id)
 
+    async def unsettle(self, job_id: str, partition: int) -> None:
+        """Read the history of a job the rebuild skipped; a no-op for any other job."""
+        if job_id not in self.settled:
+            return
+        async with self._locks.setdefault(partition, asyncio.Lock()):
+            if job_id not in self.settled:
+                return
+            key = job_id.encode()
+            settings = self.ledger.settings
+            topic = settings.topic("job-events")
+            async for offset, event, heard in self._read(topic, partition, lambda k: k != key):
+                self.log(job_id).add(offset, event, heard)
+            if self.with_ticks:
+                topic = settings.topic("meter-ticks")
+                async for _, event, _ in self._read(topic, partition, lambda k: k != key):
+                    if isinstance(event, MeterTick):
+                        self.add_tick(event)
+            self.settled.discard(job_id)
+            log.info("loaded the history of settled job %s: a record for it arrived", job_id)
+            for callback in self.on_job_changed:
+                callback(job_id)
+
     async def _read(
-        self, topic: str, partition: int
+        self, topic: str, partition: int, skip: Callable[[bytes], bool] = lambda key: False
     ) -> AsyncIterator[tuple[int, Event, datetime | None]]:
         """Every decodable event of one partition up to its end as of the call, with when
         the broker appended it (None on a topic that keeps the producer's time: a rebuild
         cannot know when an old record was heard).
 
         Unlike ``Ledger.read_partitions`` this does not dead-letter: the live agent
-        that consumes the record parks it once; a rebuild only skips it.
+        that consumes the record parks it once; a rebuild only skips it. Records whose
+        key ``skip`` accepts are not decoded.
         """
         tp = TopicPartition(topic, partition)
         consumer = self.ledger.consumer()
@@ -164,10 +216,10 @@ class JobStore:
             while await consumer.position(tp) < end:
                 batch = await consumer.getmany(tp, timeout_ms=1000, max_records=5000)
                 for raw in batch.get(tp, []):
-                    if raw.offset >= end or raw.value is None:
+                    if raw.offset >= end or raw.value is None or skip(raw.key or b""):
                         continue
                     try:
-                        value = codec.decode(raw.value)
+                        value = codec.decode(raw.value, trusted=True)  # the ledger's own topic
                     except EventDecodeError:
                         continue
                     if isinstance(value, Event):
@@ -178,6 +230,8 @@ class JobStore:
     def forget_partition(self, partition: int) -> None:
         """Called on revoke: rebuild it again if it comes back."""
         self.loaded_at.pop(partition, None)
+        count = self.ledger.settings.job_partitions
+        self.settled = {j for j in self.settled if partition_for(j, count) != partition}
 
     def add(self, job_id: str, offset: float, event: Event, heard: datetime | None = None) -> bool:
         new = self.log(job_id).add(offset, event, heard)
