@@ -25,7 +25,7 @@ import contextlib
 import hashlib
 import math
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from schemas.events import (
     AttemptAccepted,
@@ -42,6 +42,7 @@ from schemas.events import (
     NodeRegistered,
     OutputStored,
     ProcessExited,
+    agent_fact,
 )
 from schemas.types import GpuDevice
 from services.clock import utcnow
@@ -60,21 +61,20 @@ class ScriptedAttempt:
         self.attempt = scheduled.attempt
         self.held_at: datetime | None = None
         self.seq = 0
+        self.stored = 0
+        """Checkpoints stored so far: each one is a new fact, even under an old name."""
         self._beats: asyncio.Task[None] | None = None
 
-    def _env(self) -> dict[str, object]:
-        return {
-            "job_id": self.job_id,
-            "attempt": self.attempt,
-            "occurred_at": utcnow(),
-            "producer": f"agent/{self.node.node_id}",
-            "causation_id": self.scheduled.event_id,
-        }
+    def _fact(self, cls: type[E], revision: object = None, **fields: Any) -> E:
+        """A fact of this attempt, built and identified as the real agent builds it."""
+        return agent_fact(
+            cls, self.scheduled, self.node.node_id, utcnow(), revision=revision, **fields
+        )
 
     async def start(self) -> ScriptedAttempt:
         s = self.scheduled
-        held = ComputeHeld(
-            **self._env(),
+        held = self._fact(
+            ComputeHeld,
             node_id=self.node.node_id,
             gpu_count=s.gpu_count,
             gpu_model=s.gpu_model,
@@ -82,11 +82,11 @@ class ScriptedAttempt:
         )
         self.held_at = held.occurred_at
         await self.node.emit(
-            AttemptAccepted(**self._env(), node_id=self.node.node_id),
+            self._fact(AttemptAccepted, node_id=self.node.node_id),
             held,
-            ImageResolved(**self._env(), image=s.spec.image, image_id="sha256:scripted"),
-            ContainerStarted(
-                **self._env(),
+            self._fact(ImageResolved, image=s.spec.image, image_id="sha256:scripted"),
+            self._fact(
+                ContainerStarted,
                 container_id=f"c-{self.job_id[:8]}-{self.attempt}",
                 node_id=self.node.node_id,
             ),
@@ -112,14 +112,14 @@ class ScriptedAttempt:
 
     async def heartbeat(self) -> None:
         self.seq += 1
-        await self.node.emit(
-            AttemptHeartbeat(**self._env(), node_id=self.node.node_id, seq=self.seq)
-        )
+        await self.node.emit(self._fact(AttemptHeartbeat, node_id=self.node.node_id, seq=self.seq))
 
     async def checkpoint(self, name: str, step: int | None = None) -> CheckpointStored:
         digest = hashlib.sha256(f"{self.job_id}/{self.attempt}/{name}".encode()).hexdigest()
-        event = CheckpointStored(
-            **self._env(),
+        self.stored += 1
+        event = self._fact(
+            CheckpointStored,
+            revision=self.stored,
             name=name,
             step=step,
             sha256=digest,
@@ -140,8 +140,8 @@ class ScriptedAttempt:
         await self.stop_heartbeats()
         runtime = (utcnow() - self.held_at).total_seconds() if self.held_at else 0.0
         await self.node.emit(
-            ProcessExited(
-                **self._env(),
+            self._fact(
+                ProcessExited,
                 exit_code=exit_code,
                 oom_killed=oom_killed,
                 runtime_s=runtime,
@@ -150,8 +150,8 @@ class ScriptedAttempt:
         )
         for path in outputs or []:
             await self.node.emit(
-                OutputStored(
-                    **self._env(),
+                self._fact(
+                    OutputStored,
                     path=path,
                     bytes=1,
                     sha256="0" * 64,
@@ -161,7 +161,7 @@ class ScriptedAttempt:
         await self.release("exited")
 
     async def release(self, reason: str) -> None:
-        released = ComputeReleased(**self._env(), node_id=self.node.node_id, reason=reason)
+        released = self._fact(ComputeReleased, node_id=self.node.node_id, reason=reason)
         await self.node.emit(*self.ticks_until(released.occurred_at))
         await self.node.emit(released)
         self.node.running.pop((self.job_id, self.attempt), None)
@@ -177,8 +177,8 @@ class ScriptedAttempt:
             start = self.held_at + timedelta(seconds=i * tick_s)
             interval = min(tick_s, total - i * tick_s)
             ticks.append(
-                MeterTick(
-                    **self._env(),
+                self._fact(
+                    MeterTick,
                     node_id=self.node.node_id,
                     tick_index=i,
                     interval_start=start,
