@@ -38,15 +38,19 @@ async def counts(pool: Any) -> dict[str, int]:
         return {t: int(await conn.fetchval(f"SELECT count(*) FROM {t}")) for t in TABLES}
 
 
-async def drain(sink: Sink) -> tuple[float, int]:
-    """Run ``sink`` until it has committed every record present now; (seconds, records)."""
+async def drain(sink: Sink) -> tuple[float, int, float]:
+    """Run ``sink`` until it has committed every record present now.
+
+    Returns (seconds, records, CPU seconds of this process meanwhile): the sink runs
+    in-process, so CPU well below the wall time means it waited for Postgres.
+    """
     ends = await sink.end_offsets()
     records = sum(ends.values())
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     task = asyncio.create_task(sink.run())
     try:
         await sink.wait_until(ends, timeout=600)
-        return time.perf_counter() - began, records
+        return time.perf_counter() - began, records, time.process_time() - cpu
     finally:
         sink.stop()
         with contextlib.suppress(asyncio.CancelledError):
@@ -64,20 +68,23 @@ async def run(settings: Settings, quick: bool) -> Result:
         pool = await db.create_pool(scoped)
         try:
             sink = await build_sink(scoped, ledger, pool, consumer_name="bench")
-            seconds, records = await drain(sink)
+            seconds, records, cpu = await drain(sink)
             first = await counts(pool)
             result.figures["first_pass"] = {
                 "records": records,
                 "s": round(seconds, 3),
+                "cpu_s": round(cpu, 3),
+                "cpu_us_per_record": round(cpu / records * 1e6, 1),
                 "events_per_s": records / seconds,
                 "batches": sink.applied_batches,
             }
             dup = Sink(scoped, ledger, pool, consumer_name="bench-dup")
-            seconds, records = await drain(dup)
+            seconds, records, cpu = await drain(dup)
             second = await counts(pool)
             result.figures["duplicate_pass"] = {
                 "records": records,
                 "s": round(seconds, 3),
+                "cpu_s": round(cpu, 3),
                 "events_per_s": records / seconds,
                 "rows_changed": {t: second[t] - first[t] for t in TABLES if second[t] != first[t]},
             }

@@ -7,18 +7,9 @@ from typing import Any
 
 import asyncpg
 
-COMPARED_TABLES: dict[str, tuple[str, ...]] = {
-    "jobs": ("job_id",),
-    "attempts": ("job_id", "attempt"),
-    "job_events": ("event_id",),
-    "failures": ("event_id",),
-    "accounting_records": ("job_id",),
-    "accounting_attempts": ("job_id", "attempt"),
-    "log_chunks": ("job_id", "attempt", "stream", "seq"),
-    "meter_ticks": ("job_id", "attempt", "tick_index"),
-    "node_events": ("event_id",),
-    "nodes": ("node_id",),
-}
+from services.sink.tables import DERIVED_TABLES
+
+COMPARED_TABLES: dict[str, tuple[str, ...]] = {n: t.key for n, t in DERIVED_TABLES.items()}
 """Every derived table and its key. consumer_offsets is bookkeeping, not derived data."""
 
 

@@ -26,6 +26,7 @@ from services.ops.wiring import sink_endpoints
 from services.settings import Settings
 from services.sink import db
 from services.sink.migrate import migrate_pool
+from services.sink.tables import upsert
 from services.sink.writer import ReadModelWriter
 
 log = logging.getLogger(__name__)
@@ -58,11 +59,13 @@ async def stored_offsets(conn: asyncpg.Connection, consumer: str) -> dict[TopicP
 async def store_offsets(
     conn: asyncpg.Connection, consumer: str, offsets: dict[TopicPartition, int]
 ) -> None:
-    await conn.executemany(
-        "INSERT INTO consumer_offsets (consumer, topic, partition, next_offset) "
-        "VALUES ($1, $2, $3, $4) ON CONFLICT (consumer, topic, partition) "
-        "DO UPDATE SET next_offset = EXCLUDED.next_offset",
-        [(consumer, tp.topic, tp.partition, off) for tp, off in sorted(offsets.items())],
+    await upsert(
+        conn,
+        "consumer_offsets",
+        [
+            {"consumer": consumer, "topic": tp.topic, "partition": tp.partition, "next_offset": off}
+            for tp, off in sorted(offsets.items())
+        ],
     )
 
 

@@ -1,248 +1,241 @@
-"""Set-based statements on the read-model tables: one statement per table per batch.
+"""The read-model tables, declared once, and the set-based statements that write them.
 
-A batch of rows goes to Postgres as one array per column and is expanded by
-``unnest``, so a batch costs one round trip per table whatever its size.
+:data:`TABLES` is the single description of every table the migrations create (name,
+columns in order with their types, key). The writer's statements are generated from it,
+the replay comparison takes its tables and keys from it, and a unit test parses
+``services/sink/migrations/*.sql`` and checks that the declaration is what they create:
+a new column is added to a migration *and* here, or that test fails.
+
+Writing a batch: each table's rows go to Postgres by binary ``COPY`` into a temporary
+staging table of the same columns (no constraints, private to the connection), then one
+``INSERT … SELECT … ON CONFLICT`` moves them into the table. COPY's binary rows cost
+Postgres far less to read than one array parameter per column expanded by ``unnest``,
+and the statement per table stays one whatever the batch size. Everything runs in the
+caller's transaction, so the rows commit (or roll back) with the offsets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import asyncpg
 
 from services.sink.rows import Row
 
-# Column types of the read-model tables (services/sink/migrations), in row order.
-_TYPES: dict[str, dict[str, str]] = {
-    "job_events": {
-        "event_id": "text",
-        "job_id": "text",
-        "seq": "int4",
-        "attempt": "int4",
-        "type": "text",
-        "occurred_at": "timestamptz",
-        "producer": "text",
-        "causation_id": "text",
-        "schema_version": "int4",
-        "payload": "jsonb",
-    },
-    "node_events": {
-        "event_id": "text",
-        "node_id": "text",
-        "seq": "int4",
-        "type": "text",
-        "occurred_at": "timestamptz",
-        "payload": "jsonb",
-    },
-    "failures": {
-        "event_id": "text",
-        "job_id": "text",
-        "attempt": "int4",
-        "failure_class": "text",
-        "attribution": "text",
-        "retryable": "bool",
-        "summary": "text",
-        "advice": "text",
-        "rule_id": "text",
-        "classifier_version": "text",
-        "evidence": "jsonb",
-        "occurred_at": "timestamptz",
-    },
-    "log_chunks": {
-        "job_id": "text",
-        "attempt": "int4",
-        "stream": "text",
-        "seq": "int4",
-        "event_id": "text",
-        "first_line": "int4",
-        "line_count": "int4",
-        "data": "text",
-        "truncated": "bool",
-        "occurred_at": "timestamptz",
-    },
-    "meter_ticks": {
-        "job_id": "text",
-        "attempt": "int4",
-        "tick_index": "int4",
-        "event_id": "text",
-        "node_id": "text",
-        "interval_start": "timestamptz",
-        "interval_s": "float8",
-        "gpu_count": "int4",
-        "gpu_model": "text",
-        "gpu_seconds": "float8",
-        "final": "bool",
-        "occurred_at": "timestamptz",
-        "payload": "jsonb",
-    },
-    "jobs": {
-        "job_id": "text",
-        "tenant": "text",
-        "name": "text",
-        "status": "text",
-        "terminal": "bool",
-        "attempt": "int4",
-        "image": "text",
-        "gpus": "int4",
-        "submitted_at": "timestamptz",
-        "updated_at": "timestamptz",
-        "terminal_at": "timestamptz",
-        "terminal_event": "text",
-        "failure_class": "text",
-        "attribution": "text",
-        "retryable": "bool",
-        "summary": "text",
-        "advice": "text",
-        "event_count": "int4",
-        "view": "jsonb",
-    },
-    "attempts": {
-        "job_id": "text",
-        "attempt": "int4",
-        "status": "text",
-        "node_id": "text",
-        "provider": "text",
-        "region": "text",
-        "gpu_count": "int4",
-        "gpu_model": "text",
-        "scheduled_at": "timestamptz",
-        "accepted_at": "timestamptz",
-        "held_from": "timestamptz",
-        "released_at": "timestamptz",
-        "started_at": "timestamptz",
-        "exited_at": "timestamptz",
-        "exit_code": "int4",
-        "signal": "int4",
-        "oom_killed": "bool",
-        "runtime_s": "float8",
-        "failure_class": "text",
-        "attribution": "text",
-        "view": "jsonb",
-    },
-    "accounting_records": {
-        "job_id": "text",
-        "tenant": "text",
-        "status": "text",
-        "final": "bool",
-        "policy_version": "text",
-        "held_seconds": "float8",
-        "gpu_seconds": "float8",
-        "metered_gpu_seconds": "float8",
-        "billable_gpu_seconds": "float8",
-        "credited_gpu_seconds": "float8",
-        "reconciled": "bool",
-        "updated_at": "timestamptz",
-        "record": "jsonb",
-    },
-    "accounting_attempts": {
-        "job_id": "text",
-        "attempt": "int4",
-        "node_id": "text",
-        "held_from": "timestamptz",
-        "released_at": "timestamptz",
-        "held_seconds": "float8",
-        "gpu_count": "int4",
-        "gpu_model": "text",
-        "gpu_seconds": "float8",
-        "metered_gpu_seconds": "float8",
-        "tick_count": "int4",
-        "missing_ticks": "int4[]",
-        "attribution": "text",
-        "failure_class": "text",
-        "billable_gpu_seconds": "float8",
-        "credited_gpu_seconds": "float8",
-        "reconciled": "bool",
-    },
+
+@dataclass(frozen=True)
+class Table:
+    """One read-model table: columns in the migrations' order, with their SQL types."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    """(column, type as the migrations spell it), in table order."""
+    key: tuple[str, ...]
+    """The primary key: what a row is stored once per, and what an upsert overwrites by."""
+    derived: bool = True
+    """Derived from the ledger (rebuilt and compared by ``replay --verify``); False for
+    bookkeeping (the consumed offsets)."""
+    names: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", tuple(c for c, _ in self.columns))
+        unknown = [k for k in self.key if k not in self.names]
+        if unknown:
+            raise ValueError(f"table {self.name}: key column(s) {unknown} are not columns")
+
+    @property
+    def staging(self) -> str:
+        """The connection's temporary table that a batch's rows are copied into first."""
+        return f"staging_{self.name}"
+
+    def staging_ddl(self) -> str:
+        cols = ", ".join(f"{c} {t}" for c, t in self.columns)
+        return f"CREATE TEMP TABLE IF NOT EXISTS {self.staging} ({cols})"
+
+    def tuples(self, table_rows: Sequence[Row]) -> list[tuple[Any, ...]]:
+        """The rows as tuples in column order (what COPY takes); every column is required."""
+        get = itemgetter(*self.names)
+        try:
+            return [get(row) for row in table_rows]
+        except KeyError as exc:
+            raise ValueError(
+                f"a row for table {self.name} has no column {exc.args[0]!r}: "
+                f"rows must give every column of services/sink/tables.py ({', '.join(self.names)})"
+            ) from None
+
+
+def _table(name: str, key: tuple[str, ...], columns: str, *, derived: bool = True) -> Table:
+    """A table from ``"column type, column type, …"`` (types as in the migrations)."""
+    pairs = []
+    for spec in columns.split(","):
+        column, _, sql_type = spec.strip().partition(" ")
+        pairs.append((column, sql_type.strip()))
+    return Table(name, tuple(pairs), key, derived)
+
+
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        _table(
+            "jobs",
+            ("job_id",),
+            "job_id text, tenant text, name text, status text, terminal boolean, "
+            "attempt integer, image text, gpus integer, submitted_at timestamptz, "
+            "updated_at timestamptz, terminal_at timestamptz, terminal_event text, "
+            "failure_class text, attribution text, retryable boolean, summary text, "
+            "advice text, event_count integer, view jsonb",
+        ),
+        _table(
+            "attempts",
+            ("job_id", "attempt"),
+            "job_id text, attempt integer, status text, node_id text, provider text, "
+            "region text, gpu_count integer, gpu_model text, scheduled_at timestamptz, "
+            "accepted_at timestamptz, held_from timestamptz, released_at timestamptz, "
+            "started_at timestamptz, exited_at timestamptz, exit_code integer, "
+            "signal integer, oom_killed boolean, runtime_s double precision, "
+            "failure_class text, attribution text, view jsonb",
+        ),
+        _table(
+            "job_events",
+            ("event_id",),
+            "event_id text, job_id text, seq integer, attempt integer, type text, "
+            "occurred_at timestamptz, producer text, causation_id text, "
+            "schema_version integer, payload jsonb",
+        ),
+        _table(
+            "failures",
+            ("event_id",),
+            "event_id text, job_id text, attempt integer, failure_class text, "
+            "attribution text, retryable boolean, summary text, advice text, rule_id text, "
+            "classifier_version text, evidence jsonb, occurred_at timestamptz",
+        ),
+        _table(
+            "accounting_records",
+            ("job_id",),
+            "job_id text, tenant text, status text, final boolean, policy_version text, "
+            "held_seconds double precision, gpu_seconds double precision, "
+            "metered_gpu_seconds double precision, billable_gpu_seconds double precision, "
+            "credited_gpu_seconds double precision, reconciled boolean, "
+            "updated_at timestamptz, record jsonb",
+        ),
+        _table(
+            "accounting_attempts",
+            ("job_id", "attempt"),
+            "job_id text, attempt integer, node_id text, held_from timestamptz, "
+            "released_at timestamptz, held_seconds double precision, gpu_count integer, "
+            "gpu_model text, gpu_seconds double precision, "
+            "metered_gpu_seconds double precision, tick_count integer, "
+            "missing_ticks integer[], attribution text, failure_class text, "
+            "billable_gpu_seconds double precision, credited_gpu_seconds double precision, "
+            "reconciled boolean",
+        ),
+        _table(
+            "log_chunks",
+            ("job_id", "attempt", "stream", "seq"),
+            "job_id text, attempt integer, stream text, seq integer, event_id text, "
+            "first_line integer, line_count integer, data text, truncated boolean, "
+            "occurred_at timestamptz",
+        ),
+        _table(
+            "meter_ticks",
+            ("job_id", "attempt", "tick_index"),
+            "job_id text, attempt integer, tick_index integer, event_id text, node_id text, "
+            "interval_start timestamptz, interval_s double precision, gpu_count integer, "
+            "gpu_model text, gpu_seconds double precision, final boolean, "
+            "occurred_at timestamptz, payload jsonb",
+        ),
+        _table(
+            "node_events",
+            ("event_id",),
+            "event_id text, node_id text, seq integer, type text, occurred_at timestamptz, "
+            "payload jsonb",
+        ),
+        _table(
+            "nodes",
+            ("node_id",),
+            "node_id text, status text, provider text, region text, inventory_source text, "
+            "inventory_note text, gpus jsonb, host_memory_mb integer, agent_version text, "
+            "heartbeat_interval_s double precision, registered_at timestamptz, "
+            "last_heartbeat_at timestamptz, last_heartbeat_seq integer, "
+            "free_gpu_indices integer[], running_attempts text[], gpu_usage jsonb, "
+            "drained_at timestamptz, drain_reason text",
+        ),
+        _table(
+            "consumer_offsets",
+            ("consumer", "topic", "partition"),
+            "consumer text, topic text, partition integer, next_offset bigint",
+            derived=False,
+        ),
+    )
 }
+"""Every table of the read-model schema, in the migrations' order."""
 
+DERIVED_TABLES: dict[str, Table] = {n: t for n, t in TABLES.items() if t.derived}
+"""The tables derived from the ledger: what ``replay --verify`` rebuilds and compares."""
 
-def _int_array_literal(values: Sequence[int] | None) -> str | None:
-    """``{1,2,3}``: an int array as text, so ``unnest`` does not flatten it into the rows."""
-    if values is None:
-        return None
-    return "{" + ",".join(str(int(v)) for v in values) + "}"
-
-
-def _unnest_sql(table: str, cols: Sequence[str]) -> tuple[str, str]:
-    """``(column list, SELECT ... FROM unnest(...))`` for one array parameter per column.
-
-    An ``int4[]`` column travels as one text literal per row and is cast back in the SELECT.
-    """
-    types = _TYPES[table]
-    arrays = []
-    select = []
-    for i, c in enumerate(cols, 1):
-        if types[c] == "int4[]":
-            arrays.append(f"${i}::text[]")
-            select.append(f"u.{c}::int4[]")
-        else:
-            arrays.append(f"${i}::{types[c]}[]")
-            select.append(f"u.{c}")
-    names = ", ".join(cols)
-    return names, f"SELECT {', '.join(select)} FROM unnest({', '.join(arrays)}) AS u({names})"
-
-
-def _columns(table: str, table_rows: Sequence[Row]) -> tuple[list[str], list[list[Any]]]:
-    cols = list(table_rows[0])
-    types = _TYPES[table]
-    arrays = []
-    for c in cols:
-        column = [row[c] for row in table_rows]
-        if types[c] == "int4[]":
-            column = [_int_array_literal(v) for v in column]
-        arrays.append(column)
-    return cols, arrays
+async def _stage(conn: asyncpg.Connection, table: Table, table_rows: Sequence[Row]) -> None:
+    """Empty ``table``'s staging table and COPY ``table_rows`` into it (binary)."""
+    # A staging table belongs to the connection and vanishes with a rolled-back
+    # transaction that created it: make sure it exists (a no-op once it does), in the
+    # same round trip as the TRUNCATE. TRUNCATE rather than ON COMMIT DELETE ROWS: two
+    # batches (or two statements on one table) can share a transaction.
+    await conn.execute(f"{table.staging_ddl()}; TRUNCATE {table.staging}")
+    await conn.copy_records_to_table(
+        table.staging, records=table.tuples(table_rows), columns=table.names
+    )
 
 
 async def insert_ignore(
     conn: asyncpg.Connection,
     table: str,
     table_rows: Sequence[Row],
-    conflict: Sequence[str],
+    conflict: Sequence[str] | None = None,
     returning: str | None = "1",
 ) -> list[asyncpg.Record]:
     """Insert ``table_rows`` in one statement, skipping rows whose ``conflict`` key exists.
 
-    Returns one record (``returning``) per inserted row; with ``returning=None`` nothing
-    comes back (the cheaper statement when the caller does not need to know).
-    Naming the conflict columns makes any other unique violation (e.g. a job's ``seq``)
-    an error rather than a skipped row. Rows of one call must not share a key (callers
-    de-duplicate, keeping the first).
+    ``conflict`` defaults to the table's key. Returns one record (``returning``) per
+    inserted row; with ``returning=None`` nothing comes back (the cheaper statement when
+    the caller does not need to know). Naming the conflict columns makes any other
+    unique violation (e.g. a job's ``seq``) an error rather than a skipped row. Rows of
+    one call must not share a key (callers de-duplicate, keeping the first).
     """
     if not table_rows:
         return []
-    cols, arrays = _columns(table, table_rows)
-    names, select = _unnest_sql(table, cols)
-    sql = f"INSERT INTO {table} ({names}) {select} ON CONFLICT ({', '.join(conflict)}) DO NOTHING"
+    declared = TABLES[table]
+    conflict = declared.key if conflict is None else conflict
+    await _stage(conn, declared, table_rows)
+    names = ", ".join(declared.names)
+    sql = (
+        f"INSERT INTO {table} ({names}) SELECT {names} FROM {declared.staging} "
+        f"ON CONFLICT ({', '.join(conflict)}) DO NOTHING"
+    )
     if returning is None:
-        await conn.execute(sql, *arrays)
+        await conn.execute(sql)
         return []
-    return list(await conn.fetch(f"{sql} RETURNING {returning}", *arrays))
+    return list(await conn.fetch(f"{sql} RETURNING {returning}"))
 
 
 async def upsert(
-    conn: asyncpg.Connection, table: str, table_rows: Sequence[Row], key: Sequence[str]
+    conn: asyncpg.Connection, table: str, table_rows: Sequence[Row], key: Sequence[str] | None = None
 ) -> None:
-    """Insert ``table_rows`` or overwrite the rows with the same ``key`` columns (one statement).
+    """Insert ``table_rows`` or overwrite the rows with the same key (one statement).
 
-    Rows with the same key collapse to the last one, as successive upserts would.
+    ``key`` defaults to the table's key. Rows with the same key collapse to the last
+    one, as successive upserts would.
     """
     if not table_rows:
         return
+    declared = TABLES[table]
+    key = declared.key if key is None else tuple(key)
     last = {tuple(row[k] for k in key): row for row in table_rows}
-    table_rows = list(last.values())
-    cols = list(table_rows[0])
-    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in key)
-    conflict = f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
-    if table in _TYPES:
-        names, select = _unnest_sql(table, cols)
-        _, arrays = _columns(table, table_rows)
-        await conn.execute(f"INSERT INTO {table} ({names}) {select} {conflict}", *arrays)
-        return
-    # nodes (text[] and int4[] columns, a few rows per batch): one pipelined statement per row.
-    params = ", ".join(f"${i}" for i in range(1, len(cols) + 1))
-    await conn.executemany(
-        f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({params}) {conflict}",
-        [[row[c] for c in cols] for row in table_rows],
+    await _stage(conn, declared, list(last.values()))
+    names = ", ".join(declared.names)
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in declared.names if c not in key)
+    await conn.execute(
+        f"INSERT INTO {table} ({names}) SELECT {names} FROM {declared.staging} "
+        f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
     )

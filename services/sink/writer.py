@@ -8,16 +8,18 @@ Idempotence: job and node events are stored once per ``event_id`` and only a
 newly stored event is folded; log chunks and meter ticks are stored once per
 natural key. A record delivered twice therefore changes nothing.
 
-Speed: each table gets one statement per batch, and each job's folded state (view,
-stored history, ticks) stays in memory between batches (:mod:`services.sink.job_cache`),
-so a batch folds and accounts only what it adds instead of reading and re-folding
-every touched job's history.
+Speed: each table gets one binary COPY and one statement per batch
+(:mod:`services.sink.tables`), and each job's folded state (view, stored history,
+ticks) stays in memory between batches (:mod:`services.sink.job_cache`), so a batch
+folds and accounts only what it adds instead of reading and re-folding every touched
+job's history.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Hashable, Iterable
+from operator import itemgetter
 from typing import TypeVar
 
 import asyncpg
@@ -31,7 +33,7 @@ from services.settings import Settings
 from services.sink import rows
 from services.sink.job_cache import DEFAULT_CAPACITY, CachedJob, JobCache, load_states
 from services.sink.rows import Row
-from services.sink.tables import insert_ignore, upsert
+from services.sink.tables import TABLES, insert_ignore, upsert
 
 _T = TypeVar("_T")
 
@@ -193,7 +195,6 @@ class _Batch:
             self.conn,
             "meter_ticks",
             [rows.meter_tick_row(t) for t in ticks],
-            ["job_id", "attempt", "tick_index"],
             returning="job_id, attempt, tick_index",
         )
         new_ticks = {(r[0], r[1], r[2]) for r in inserted}
@@ -226,17 +227,9 @@ class _Batch:
         await _insert_new(self.conn, "job_events", event_rows)
 
     async def log_chunks(self, chunks: list[LogChunk]) -> None:
-        chunk_rows = _first_per_key(
-            (rows.log_chunk_row(c) for c in chunks),
-            lambda r: (r["job_id"], r["attempt"], r["stream"], r["seq"]),
-        )
-        await insert_ignore(
-            self.conn,
-            "log_chunks",
-            chunk_rows,
-            ["job_id", "attempt", "stream", "seq"],
-            returning=None,
-        )
+        key = itemgetter(*TABLES["log_chunks"].key)
+        chunk_rows = _first_per_key((rows.log_chunk_row(c) for c in chunks), key)
+        await insert_ignore(self.conn, "log_chunks", chunk_rows, returning=None)
 
     async def node_events(self, events: list[NodeEvent]) -> None:
         events = _first_per_key(events, lambda e: e.event_id)
@@ -266,16 +259,13 @@ class _Batch:
             self.nodes[node_id] = rows.evolve_node(row, event)
 
     async def flush(self, policy: AccountingPolicy) -> None:
-        await insert_ignore(self.conn, "failures", self.failures, ["event_id"], returning=None)
+        await insert_ignore(self.conn, "failures", self.failures, returning=None)
         views = [v for j in sorted(self.changed_views) if (v := self.states[j].view) is not None]
-        await upsert(self.conn, "jobs", [rows.job_row(v) for v in views], ["job_id"])
+        await upsert(self.conn, "jobs", [rows.job_row(v) for v in views])
         await upsert(
-            self.conn,
-            "attempts",
-            [rows.attempt_row(v.job_id, a) for v in views for a in v.attempts],
-            ["job_id", "attempt"],
+            self.conn, "attempts", [rows.attempt_row(v.job_id, a) for v in views for a in v.attempts]
         )
-        await upsert(self.conn, "nodes", list(self.nodes.values()), ["node_id"])
+        await upsert(self.conn, "nodes", list(self.nodes.values()))
         # Ticks before the job's first event are accounted once JobSubmitted arrives.
         due = [self.states[j] for j in sorted(self.accounting_due) if self.states[j].history]
         records = [
@@ -283,19 +273,16 @@ class _Batch:
             account(state.history, state.sorted_ticks(), policy, view=state.view)
             for state in due
         ]
-        await upsert(
-            self.conn, "accounting_records", [rows.accounting_row(r) for r in records], ["job_id"]
-        )
+        await upsert(self.conn, "accounting_records", [rows.accounting_row(r) for r in records])
         await upsert(
             self.conn,
             "accounting_attempts",
             [line for r in records for line in rows.accounting_attempt_rows(r)],
-            ["job_id", "attempt"],
         )
 
 
 async def _insert_new(conn: asyncpg.Connection, table: str, event_rows: list[Row]) -> None:
     """Insert events the batch found new; any of them already there means a second writer."""
-    inserted = await insert_ignore(conn, table, event_rows, ["event_id"])
+    inserted = await insert_ignore(conn, table, event_rows)
     if len(inserted) != len(event_rows):
         raise RuntimeError(f"{table} changed under the sink (is a second writer running?)")
