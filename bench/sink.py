@@ -15,8 +15,9 @@ import contextlib
 import time
 from typing import Any
 
-from bench.common import Result, isolated, self_peak_rss_mb, target
+from bench.common import Result, deep_size, isolated, self_peak_rss_mb, target
 from bench.load import load
+from services.gc_tuning import tuned_gc
 from services.ledger import Ledger
 from services.settings import Settings
 from services.sink import db
@@ -46,15 +47,17 @@ async def drain(sink: Sink) -> tuple[float, int, float]:
     """
     ends = await sink.end_offsets()
     records = sum(ends.values())
-    began, cpu = time.perf_counter(), time.process_time()
-    task = asyncio.create_task(sink.run())
-    try:
-        await sink.wait_until(ends, timeout=600)
-        return time.perf_counter() - began, records, time.process_time() - cpu
-    finally:
-        sink.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 30)
+    # The collector's settings of `gridledger sink` (services.sink.consumer.serve).
+    with tuned_gc():
+        began, cpu = time.perf_counter(), time.process_time()
+        task = asyncio.create_task(sink.run())
+        try:
+            await sink.wait_until(ends, timeout=600)
+            return time.perf_counter() - began, records, time.process_time() - cpu
+        finally:
+            sink.stop()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(task, 30)
 
 
 async def run(settings: Settings, quick: bool) -> Result:
@@ -77,6 +80,15 @@ async def run(settings: Settings, quick: bool) -> Result:
                 "cpu_us_per_record": round(cpu / records * 1e6, 1),
                 "events_per_s": records / seconds,
                 "batches": sink.applied_batches,
+            }
+            held = sink.writer.cache.held()
+            size = deep_size(held)
+            result.figures["memory_held"] = {
+                "jobs_held": len(held),
+                "capacity_jobs": sink.writer.cache.capacity,
+                "mib": round(size / 2**20, 1),
+                "kib_per_job": round(size / max(1, len(held)) / 1024, 1),
+                "bound_mib": round(size / max(1, len(held)) * sink.writer.cache.capacity / 2**20),
             }
             dup = Sink(scoped, ledger, pool, consumer_name="bench-dup")
             seconds, records, cpu = await drain(dup)

@@ -20,6 +20,7 @@ import asyncpg
 from aiokafka import TopicPartition
 
 from services.backoff import outage_of, wait_event
+from services.gc_tuning import tuned_gc
 from services.ledger.client import Ledger, LedgerRecord, broker_unavailable
 from services.ops.server import ops_server
 from services.ops.wiring import sink_endpoints
@@ -347,7 +348,8 @@ async def serve(settings: Settings) -> None:
                 # Finish the batch in flight, then stop: nothing is left half-applied.
                 loop.add_signal_handler(sig, sink.stop)
             async with ops_server(settings, sink_endpoints(settings, sink)):
-                await sink.run()
+                with tuned_gc():  # it holds many jobs' decoded histories (job_cache)
+                    await sink.run()
         finally:
             await ledger.stop()
     finally:

@@ -98,6 +98,10 @@ class JobCache:
     def __len__(self) -> int:
         return len(self._committed)
 
+    def held(self) -> list[CachedJob]:
+        """The committed states held now (what the memory bound is about)."""
+        return list(self._committed.values())
+
     async def begin(self, conn: asyncpg.Connection) -> None:
         """Settle the previous batch's states against Postgres; call first in every batch."""
         row = await conn.fetchrow(

@@ -176,6 +176,7 @@ TABLES: dict[str, Table] = {
 DERIVED_TABLES: dict[str, Table] = {n: t for n, t in TABLES.items() if t.derived}
 """The tables derived from the ledger: what ``replay --verify`` rebuilds and compares."""
 
+
 async def _stage(conn: asyncpg.Connection, table: Table, table_rows: Sequence[Row]) -> None:
     """Empty ``table``'s staging table and COPY ``table_rows`` into it (binary)."""
     # A staging table belongs to the connection and vanishes with a rolled-back
@@ -220,7 +221,10 @@ async def insert_ignore(
 
 
 async def upsert(
-    conn: asyncpg.Connection, table: str, table_rows: Sequence[Row], key: Sequence[str] | None = None
+    conn: asyncpg.Connection,
+    table: str,
+    table_rows: Sequence[Row],
+    key: Sequence[str] | None = None,
 ) -> None:
     """Insert ``table_rows`` or overwrite the rows with the same key (one statement).
 

@@ -263,7 +263,9 @@ class _Batch:
         views = [v for j in sorted(self.changed_views) if (v := self.states[j].view) is not None]
         await upsert(self.conn, "jobs", [rows.job_row(v) for v in views])
         await upsert(
-            self.conn, "attempts", [rows.attempt_row(v.job_id, a) for v in views for a in v.attempts]
+            self.conn,
+            "attempts",
+            [rows.attempt_row(v.job_id, a) for v in views for a in v.attempts],
         )
         await upsert(self.conn, "nodes", list(self.nodes.values()))
         # Ticks before the job's first event are accounted once JobSubmitted arrives.
