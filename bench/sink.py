@@ -22,16 +22,9 @@ from services.ledger import Ledger
 from services.settings import Settings
 from services.sink import db
 from services.sink.consumer import Sink, build_sink
+from services.sink.tables import DERIVED_TABLES
 
-TABLES = (
-    "jobs",
-    "attempts",
-    "job_events",
-    "failures",
-    "accounting_records",
-    "log_chunks",
-    "meter_ticks",
-)
+TABLES = tuple(DERIVED_TABLES)
 
 
 async def counts(pool: Any) -> dict[str, int]:

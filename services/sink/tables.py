@@ -67,7 +67,7 @@ class Table:
             ) from None
 
 
-def _table(name: str, key: tuple[str, ...], columns: str, *, derived: bool = True) -> Table:
+def declare(name: str, key: tuple[str, ...], columns: str, *, derived: bool = True) -> Table:
     """A table from ``"column type, column type, …"`` (types as in the migrations)."""
     pairs = []
     for spec in columns.split(","):
@@ -79,7 +79,7 @@ def _table(name: str, key: tuple[str, ...], columns: str, *, derived: bool = Tru
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (
-        _table(
+        declare(
             "jobs",
             ("job_id",),
             "job_id text, tenant text, name text, status text, terminal boolean, "
@@ -88,7 +88,7 @@ TABLES: dict[str, Table] = {
             "failure_class text, attribution text, retryable boolean, summary text, "
             "advice text, event_count integer, view jsonb",
         ),
-        _table(
+        declare(
             "attempts",
             ("job_id", "attempt"),
             "job_id text, attempt integer, status text, node_id text, provider text, "
@@ -98,21 +98,21 @@ TABLES: dict[str, Table] = {
             "signal integer, oom_killed boolean, runtime_s double precision, "
             "failure_class text, attribution text, view jsonb",
         ),
-        _table(
+        declare(
             "job_events",
             ("event_id",),
             "event_id text, job_id text, seq integer, attempt integer, type text, "
             "occurred_at timestamptz, producer text, causation_id text, "
             "schema_version integer, payload jsonb",
         ),
-        _table(
+        declare(
             "failures",
             ("event_id",),
             "event_id text, job_id text, attempt integer, failure_class text, "
             "attribution text, retryable boolean, summary text, advice text, rule_id text, "
             "classifier_version text, evidence jsonb, occurred_at timestamptz",
         ),
-        _table(
+        declare(
             "accounting_records",
             ("job_id",),
             "job_id text, tenant text, status text, final boolean, policy_version text, "
@@ -121,7 +121,7 @@ TABLES: dict[str, Table] = {
             "credited_gpu_seconds double precision, reconciled boolean, "
             "updated_at timestamptz, record jsonb",
         ),
-        _table(
+        declare(
             "accounting_attempts",
             ("job_id", "attempt"),
             "job_id text, attempt integer, node_id text, held_from timestamptz, "
@@ -132,14 +132,14 @@ TABLES: dict[str, Table] = {
             "billable_gpu_seconds double precision, credited_gpu_seconds double precision, "
             "reconciled boolean",
         ),
-        _table(
+        declare(
             "log_chunks",
             ("job_id", "attempt", "stream", "seq"),
             "job_id text, attempt integer, stream text, seq integer, event_id text, "
             "first_line integer, line_count integer, data text, truncated boolean, "
             "occurred_at timestamptz",
         ),
-        _table(
+        declare(
             "meter_ticks",
             ("job_id", "attempt", "tick_index"),
             "job_id text, attempt integer, tick_index integer, event_id text, node_id text, "
@@ -147,13 +147,13 @@ TABLES: dict[str, Table] = {
             "gpu_model text, gpu_seconds double precision, final boolean, "
             "occurred_at timestamptz, payload jsonb",
         ),
-        _table(
+        declare(
             "node_events",
             ("event_id",),
             "event_id text, node_id text, seq integer, type text, occurred_at timestamptz, "
             "payload jsonb",
         ),
-        _table(
+        declare(
             "nodes",
             ("node_id",),
             "node_id text, status text, provider text, region text, inventory_source text, "
@@ -163,7 +163,7 @@ TABLES: dict[str, Table] = {
             "free_gpu_indices integer[], running_attempts text[], gpu_usage jsonb, "
             "drained_at timestamptz, drain_reason text",
         ),
-        _table(
+        declare(
             "consumer_offsets",
             ("consumer", "topic", "partition"),
             "consumer text, topic text, partition integer, next_offset bigint",
