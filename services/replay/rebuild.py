@@ -22,14 +22,12 @@ them would change nothing that is rebuilt here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import multiprocessing
 import os
 import resource
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -38,6 +36,7 @@ from projections import job_state
 from schemas.errors import LedgerError
 from schemas.events import Event, MeterTick
 from schemas.views import AccountingRecord, JobView
+from services.gc_tuning import tuned_gc
 from services.ledger.client import Ledger
 from services.replay.decisions import DecisionDrift, drift_of
 from services.settings import Settings
@@ -152,30 +151,6 @@ def _fold(job_id: str, history: Sequence[Event]) -> JobView | None:
     for event in history:
         view = job_state.evolve(view, event)
     return view
-
-
-GC_THRESHOLDS = (50_000, 20, 100)
-"""The collector's thresholds while a rebuild holds its histories (Python's are 700, 10, 10).
-
-A rebuild allocates hundreds of thousands of models that all stay alive until its
-jobs are folded and creates almost no reference cycles, so the default young-
-generation collections keep re-scanning survivors: on 65,000 records they doubled
-the CPU of reading and decoding (1.5 s against 0.7 s). Rarer collections keep
-nearly all of that gain (0.8 s) and still collect the cycles asyncio and the
-Kafka client leave behind, which switching the collector off would not."""
-
-
-@contextlib.contextmanager
-def tuned_gc() -> Iterator[None]:
-    """Freeze what exists (imports, settings) and collect rarely; restore both afterwards."""
-    before = gc.get_threshold()
-    gc.freeze()  # objects from before the rebuild are never scanned again during it
-    gc.set_threshold(*GC_THRESHOLDS)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
-        gc.unfreeze()
 
 
 async def rebuild_partitions(

@@ -1,4 +1,4 @@
-"""The rebuild's collector settings hold only while it runs."""
+"""The collector settings of the rebuild and the sink hold only while they run."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from services.replay.rebuild import GC_THRESHOLDS, tuned_gc
+from services.gc_tuning import GC_THRESHOLDS, tuned_gc
 
 
 def test_tuned_gc_applies_during_the_rebuild_and_restores_the_collector() -> None:
