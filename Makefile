@@ -20,6 +20,4 @@ test: up
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 lint: setup
-	.venv/bin/ruff check .
-	.venv/bin/ruff format --check .
-	.venv/bin/mypy schemas projections services infra
+	bash infra/lint.sh

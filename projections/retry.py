@@ -33,7 +33,7 @@ class RetryPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     version: str = RETRY_POLICY_VERSION
-    default_retry: RetrySpec = Field(default_factory=RetrySpec)  # type: ignore[arg-type]
+    default_retry: RetrySpec = Field(default_factory=RetrySpec)
     """Used when the view has no spec (a history that lost its JobSubmitted)."""
     classes: dict[str, FailureClass] = Field(default_factory=lambda: dict(CLASSES))
     """The failure-class table (:mod:`projections.classes`); a test may vary one row."""

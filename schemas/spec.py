@@ -85,16 +85,16 @@ class JobSpec(_Strict):
     image: str = Field(..., min_length=1, max_length=512)
     command: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
-    resources: Resources = Field(default_factory=Resources)  # type: ignore[arg-type]
+    resources: Resources = Field(default_factory=Resources)
     model: ModelSpec | None = None
-    limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
+    limits: Limits = Field(default_factory=Limits)
     outputs: list[OutputSpec] = Field(default_factory=list)
     checkpoints: str | None = Field(
         None,
         description="folder under $GRIDLEDGER_OUTPUT_DIR where the job writes checkpoints",
     )
-    retry: RetrySpec = Field(default_factory=RetrySpec)  # type: ignore[arg-type]
-    placement: Placement = Field(default_factory=Placement)  # type: ignore[arg-type]
+    retry: RetrySpec = Field(default_factory=RetrySpec)
+    placement: Placement = Field(default_factory=Placement)
     resume_from: str | None = Field(
         None, description="job id whose latest checkpoint this job starts from"
     )

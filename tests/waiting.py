@@ -12,17 +12,35 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 _T = TypeVar("_T")
 
 
+@overload
 async def eventually(
-    check: Callable[[], _T | None | Awaitable[_T | None]],
+    check: Callable[[], Awaitable[_T | None]],
     what: str,
     timeout: float = 30.0,
     interval: float = 0.05,
-) -> _T:
+) -> _T: ...
+
+
+@overload
+async def eventually(
+    check: Callable[[], _T | None],
+    what: str,
+    timeout: float = 30.0,
+    interval: float = 0.05,
+) -> _T: ...
+
+
+async def eventually(
+    check: Callable[[], Any],
+    what: str,
+    timeout: float = 30.0,
+    interval: float = 0.05,
+) -> Any:
     """Poll ``check`` (sync or async) until it returns something truthy, and return that."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -31,7 +49,7 @@ async def eventually(
         if inspect.isawaitable(found):
             found = await found
         if found:
-            return found  # type: ignore[return-value]
+            return found
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         await asyncio.sleep(interval)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest_asyncio
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from services.api.app import build_app
@@ -30,6 +31,13 @@ class Api:
     pool: asyncpg.Pool
     sink: Sink
     client: TestClient
+
+    @property
+    def app(self) -> web.Application:
+        """The application under test (TestClient types its server as the base class)."""
+        server = self.client.server
+        assert isinstance(server, TestServer)
+        return server.app
 
     @staticmethod
     def auth(token: str = DEV_TOKEN) -> dict[str, str]:

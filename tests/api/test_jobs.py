@@ -45,6 +45,7 @@ async def test_submit_status_logs_accounting(api: Api) -> None:
     job_id = await submit(api)
     history = await api.ledger.history(job_id)
     assert [type(e) for e in history] == [JobSubmitted]
+    assert isinstance(history[0], JobSubmitted)
     assert history[0].tenant == "dev" and history[0].spec.resources.memory_gb == 8
 
     response = await api.client.get(f"/v1/jobs/{job_id}", headers=api.auth())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ SUBMITTED = {
 }
 
 
-def expected_order(ids: dict[str, float]) -> list[str]:
+def expected_order(ids: Mapping[str, float]) -> list[str]:
     return [j for j, _ in sorted(ids.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)]
 
 

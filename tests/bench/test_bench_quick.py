@@ -13,7 +13,7 @@ from services.cli.bench import BENCHMARKS
 
 pytestmark = pytest.mark.integration
 
-EXPECTED = {
+EXPECTED: dict[str, list[tuple[str, ...]]] = {
     "scheduling": [
         ("figures", "pure", "steady_placements_per_s"),
         ("figures", "kafka", "backlog_placements_per_s"),

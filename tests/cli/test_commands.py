@@ -49,9 +49,9 @@ async def test_submit_status_logs_history_usage_nodes_explain(
     assert "What to do next" in out and "add transformers to the image" in out
 
     assert await gridledger("history", job_id) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["TIME", "(UTC)", "DELTA", "T+", "ATT", "EVENT", "DETAIL"]
-    assert "JobSubmitted" in out[1] and "JobFailed" in out[-1]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["TIME", "(UTC)", "DELTA", "T+", "ATT", "EVENT", "DETAIL"]
+    assert "JobSubmitted" in lines[1] and "JobFailed" in lines[-1]
 
     assert await gridledger("usage", job_id, "--json") == 0
     assert json.loads(capsys.readouterr().out)["final"] is True

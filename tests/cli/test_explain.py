@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 from services.cli import render
 from services.cli.explain import explain
 
-FAILED_JOB = {
+FAILED_JOB: dict[str, Any] = {
     "job_id": "job-0123456789ab",
     "name": "train",
     "status": "failed",

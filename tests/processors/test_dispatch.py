@@ -49,6 +49,7 @@ def test_cancel_goes_to_the_node_of_the_current_attempt() -> None:
     cancel = CancelRequested(job_id="j", occurred_at=T0, requested_by="u")
     history = [SUB, a1, released, a2, cancel]
     (routed,) = commands_for(history, history, cancel, T0)
+    assert isinstance(routed, CancelRequested)
     assert (routed.node_id, routed.attempt, routed.causation_id) == ("n2", 2, cancel.event_id)
     assert routed.event_id != cancel.event_id
     assert commands_for(history, history, cancel, T0)[0].event_id == routed.event_id
@@ -60,7 +61,7 @@ def test_a_placement_after_a_cancel_carries_the_cancel_along() -> None:
     a1 = sched(1, "n1")
     out = commands_for([SUB, cancel, a1], [SUB, cancel, a1], a1, T0)
     assert [type(e) for e in out] == [AttemptScheduled, CancelRequested]
-    assert out[1].node_id == "n1"
+    assert isinstance(out[1], CancelRequested) and out[1].node_id == "n1"
 
 
 def test_a_cancel_still_reaches_a_node_whose_dispatch_timeout_was_stale() -> None:
@@ -72,7 +73,7 @@ def test_a_cancel_still_reaches_a_node_whose_dispatch_timeout_was_stale() -> Non
     cancel = CancelRequested(job_id="j", occurred_at=T0)
     history = [SUB, a1, accepted, stale, cancel]
     (routed,) = commands_for(history, history, cancel, T0)
-    assert routed.node_id == "n1"
+    assert isinstance(routed, CancelRequested) and routed.node_id == "n1"
     timed_out_first = [SUB, a1, stale, cancel]
     assert commands_for(timed_out_first, timed_out_first, cancel, T0) == []
 

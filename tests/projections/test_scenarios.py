@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TypeVar
 
 import pytest
 
@@ -25,12 +26,14 @@ from schemas.views import AccountingRecord, JobView
 from tests.projections import scenarios
 from tests.projections.histories import JobHistory
 
+E = TypeVar("E", bound=Event)
 
-def derived(h: JobHistory, cls: type[Event]) -> list[Event]:
+
+def derived(h: JobHistory, cls: type[E]) -> list[E]:
     return [e for e in h.events if isinstance(e, cls)]
 
 
-def only(h: JobHistory, cls: type[Event]) -> Event:
+def only(h: JobHistory, cls: type[E]) -> E:
     found = derived(h, cls)
     assert len(found) == 1, found
     return found[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
@@ -46,7 +47,7 @@ def ledger_events() -> list[Event]:
 
 def same_results(a: Rebuilt, b: Rebuilt) -> bool:
     """Equal except for how it ran (workers, CPU time, memory)."""
-    ran = {"workers": 0, "cpu_s": 0.0, "peak_rss_mb": 0.0}
+    ran: dict[str, Any] = {"workers": 0, "cpu_s": 0.0, "peak_rss_mb": 0.0}
     return dataclasses.replace(a, **ran) == dataclasses.replace(b, **ran)
 
 

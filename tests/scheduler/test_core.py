@@ -100,7 +100,7 @@ def test_queue_deadline_without_capacity_is_no_capacity() -> None:
     assert s.decide(T0 + timedelta(seconds=4)) == []
     out = s.decide(T0 + timedelta(seconds=5))
     assert [type(e) for e in out] == [NoCapacity]
-    assert out[0].queue_deadline == T0 + timedelta(seconds=5)
+    assert isinstance(out[0], NoCapacity) and out[0].queue_deadline == T0 + timedelta(seconds=5)
     assert s.decide(T0 + timedelta(seconds=6)) == []
 
 
@@ -139,6 +139,7 @@ def test_retry_is_queued_after_not_before_on_another_node_with_the_checkpoint() 
     assert [type(e) for e in out] == [JobQueued] and out[0].attempt == 2
     assert s.decide(T0 + timedelta(seconds=1)) == []
     (placed,) = s.decide(T0 + timedelta(seconds=2))
+    assert isinstance(placed, AttemptScheduled)
     assert (placed.attempt, placed.node_id, placed.resume_from) == (2, "b", ckpt)
 
 
@@ -383,11 +384,11 @@ def test_a_one_node_fleet_retries_on_its_node_after_the_fallback_wait() -> None:
 def test_a_lost_node_s_provider_is_used_for_its_spare_never_the_suspect_node() -> None:
     s = fallback_state()
     _, first = run(s, node("a", provider="p1"), node("b", provider="p1"), submit("j"))
-    assert first.node_id == "a"
+    assert isinstance(first, AttemptScheduled) and first.node_id == "a"
     fail_and_retry(s, "j", "a", "node_lost", avoid_nodes=["a"], avoid_providers=["p1"])
     assert s.decide(at(1)) == []  # b is of the avoided provider: wait for another one
     (placed,) = s.decide(at(1 + WAIT))
-    assert placed.node_id == "b"
+    assert isinstance(placed, AttemptScheduled) and placed.node_id == "b"
     assert placed.avoidance is not None and placed.avoidance.fell_back_to == "provider"
     assert placed.reason == (
         "avoided node a and provider p1, where attempt 1 failed node_lost; no node of another "
@@ -403,6 +404,7 @@ def test_another_provider_wins_without_waiting_and_the_event_says_what_was_avoid
     assert first.node_id == "a"
     fail_and_retry(s, "j", "a", "node_lost", avoid_nodes=["a"], avoid_providers=["p1"])
     (placed,) = s.decide(at(1))
+    assert isinstance(placed, AttemptScheduled)
     assert placed.node_id == "c" and placed.avoidance is not None
     assert placed.avoidance.fell_back_to == "" and placed.avoidance.waited_s == 0
     assert placed.reason == (

@@ -84,12 +84,14 @@ async def test_a_silent_node_is_not_placeable(topics):
         await scheduler.start()
         try:
             await scheduler.wait_ready()
+
+            def registration_stale() -> bool:
+                last_seen = scheduler.state.fleet.nodes["node-quiet"].last_seen
+                assert last_seen is not None, "the node registered"
+                return utcnow() - last_seen > timedelta(seconds=1.5)
+
             await eventually(
-                lambda: (
-                    utcnow() - scheduler.state.fleet.nodes["node-quiet"].last_seen
-                    > timedelta(seconds=1.5)
-                ),
-                "the registration to be older than the node timeout",
+                registration_stale, "the registration to be older than the node timeout"
             )
             job = submitted(limits={"queue_timeout_s": 60})
             await ledger.append(job)

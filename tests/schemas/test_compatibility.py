@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -103,7 +104,7 @@ def test_write_new_versions_refuses_an_incompatible_model(
     broken = copy.deepcopy(schema)
     first = broken["fields"][0]
     first["type"] = "boolean" if first["type"] != "boolean" else "long"
-    (tmp_path / f"{name}.v{version}.avsc").write_text(avro_schemas.json.dumps(schema))
+    (tmp_path / f"{name}.v{version}.avsc").write_text(json.dumps(schema))
     monkeypatch.setattr(avro_schemas, "AVRO_DIR", tmp_path)
     monkeypatch.setattr(avro_schemas, "current_schemas", lambda: {name: (version + 1, broken)})
     with pytest.raises(SchemaRegistryError, match=f"incompatible with stored v{version}"):

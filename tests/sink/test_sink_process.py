@@ -19,13 +19,13 @@ from tests.sink.scenario import node_facts, run_facts
 pytestmark = pytest.mark.integration
 
 
-def sink_process(settings: Settings, schema: str) -> asyncio.subprocess.Process:
+async def sink_process(settings: Settings, schema: str) -> asyncio.subprocess.Process:
     env = {
         **os.environ,
         "GRIDLEDGER_TOPIC_PREFIX": settings.topic_prefix,
         "GRIDLEDGER_SINK_BATCH_MAX": "1",  # many small transactions: the kill lands between two
     }
-    return asyncio.create_subprocess_exec(  # type: ignore[return-value]
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "services.cli.main",

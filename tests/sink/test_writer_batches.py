@@ -27,7 +27,9 @@ def stream(seed: int) -> list[Any]:
         s = run_facts(
             f"job-{i}", start=i * 37, exit_code=rnd.choice([0, 1]), ticks=rnd.randint(0, 3)
         )
-        first = [s.meter_ticks, s.job_events] if i % 3 == 0 else [s.job_events, s.meter_ticks]
+        first: list[list[Any]] = (
+            [s.meter_ticks, s.job_events] if i % 3 == 0 else [s.job_events, s.meter_ticks]
+        )
         queues.append([e for part in [*first, s.log_chunks] for e in part])
     out: list[Any] = [*node_facts("node-a"), *node_facts("node-b")]
     while any(queues):
@@ -55,7 +57,7 @@ async def build(
     """Apply ``events`` in batches of the given sizes (cycled); every table's rows as text."""
     async with private_schema(settings) as (scoped, pool):
         writer = ReadModelWriter(scoped, **writer_options)
-        records = [SimpleNamespace(topic=topic(scoped, e), value=e) for e in events]
+        records: list[Any] = [SimpleNamespace(topic=topic(scoped, e), value=e) for e in events]
         i = 0
         for n in sizes * len(records):
             if i >= len(records):
