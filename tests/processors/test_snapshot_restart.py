@@ -8,6 +8,9 @@ publishes is what a worker that read everything would have published.
 
 from __future__ import annotations
 
+import operator
+from functools import partial
+
 import pytest
 
 from projections.accounting import account
@@ -50,8 +53,8 @@ async def run_to_the_end(ledger: Ledger, node: ScriptedNode, jobs: list[JobSubmi
         history = await wait_terminal(ledger, job.job_id, timeout=45)
         ticks = await ledger.history(job.job_id, "meter-ticks")
         expected = account(history, [t for t in ticks if isinstance(t, MeterTick)])
-        await wait_latest(ledger, "accounting", job.job_id, lambda r, x=expected: r == x)
-        await wait_latest(ledger, "job-state", job.job_id, lambda v, h=history: v == project(h))
+        await wait_latest(ledger, "accounting", job.job_id, partial(operator.eq, expected))
+        await wait_latest(ledger, "job-state", job.job_id, partial(operator.eq, project(history)))
 
 
 async def test_a_restarted_worker_skips_settled_jobs_until_a_record_for_one_arrives(

@@ -314,6 +314,7 @@ def test_a_late_failure_after_the_retry_started_keeps_it_and_credits_to_the_last
     # counted (to the last heartbeat) the two agree; the ticks after it are shown apart,
     # neither billed nor credited.
     ticks = {t.tick_index: t for t in h.ticks if t.attempt == 1}
+    assert beat is not None
     assert lost.reconciled and abs(lost.metered_gpu_seconds - lost.gpu_seconds) <= 30.0
     assert lost.uncounted_ticks == [i for i, t in ticks.items() if t.interval_start > beat] != []
     assert lost.metered_gpu_seconds + lost.uncounted_gpu_seconds == sum(
