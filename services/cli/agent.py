@@ -11,7 +11,7 @@ import click
 
 from services.agent.bootstrap import run_agent
 from services.agent.settings import AgentSettings
-from services.ops.logs import setup_logging
+from services.ops.logs import bind_context, setup_logging
 from services.settings import load_settings
 
 
@@ -51,6 +51,9 @@ def agent(log_level: str, inventory: Path | None, **options: Any) -> int:
 
 
 async def _serve(settings: Any, agent_settings: AgentSettings) -> None:
+    # Every line this agent logs names its node; its tasks inherit it (and the attempt
+    # runners add the job and the attempt).
+    bind_context(node_id=agent_settings.node_id)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -34,6 +34,7 @@ from services.cli import services as services_cli
 from services.cli import simulate as simulate_cli
 from services.cli import usage as usage_cli
 from services.cli.exits import Exit, exit_code_of, help_epilog
+from services.ops.logs import log_fatal
 
 COMMAND_MODULES: tuple[ModuleType, ...] = (
     jobs_cli,
@@ -96,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except GridledgerError as exc:
+        log_fatal(exc)  # a service: also in its log, with the job/event it was handling
         click.echo(f"gridledger: error: {exc}", err=True)
         return exit_code_of(exc)
     except KeyboardInterrupt:
@@ -105,6 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Point stdout at devnull so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:
+        if not log_fatal(exc):  # a CLI command's bug keeps its traceback on stderr
+            raise
+        return Exit.ERROR  # a service's: the traceback is in its log line
     return int(result or 0)
 
 

@@ -44,6 +44,7 @@ from schemas.events import Event
 from services.clock import utcnow
 from services.ledger import Ledger
 from services.ledger.client import broker_unavailable, partition_for
+from services.ops.logs import event_context
 from services.processors import watchdog
 from services.processors.step import Batch, Step
 from services.processors.store import JobStore
@@ -325,7 +326,13 @@ class Processors:
                 continue  # another worker watches it now
             due: list[Event] = watchdog.overdue(watch, now, self.thresholds, hearing)
             if due:
-                self.step.append_new(job_id, due, batch)
+                for verdict in self.step.append_new(job_id, due, batch):
+                    # Rare and what an operator looks for: every verdict gets a line.
+                    log.info(
+                        "watchdog: %s",
+                        verdict.type,
+                        extra={"node_id": watch.node_id, **event_context(verdict)},
+                    )
         if batch.sends:
             await self.step.flush(batch)
 

@@ -45,6 +45,7 @@ from services.ledger import Ledger
 from services.ledger.client import broker_unavailable, heard_at
 from services.ledger.errors import append_failed
 from services.ops import metrics
+from services.ops.logs import attach_context, event_context
 from services.processors import dispatch
 from services.processors.store import LOCAL, JobStore
 from services.settings import Settings
@@ -143,17 +144,22 @@ class Step:
                 await self.retrying(partial(store.ensure, record.partition, utcnow()))
             if value.job_id in store.settled:
                 await self.retrying(partial(store.unsettle, value.job_id, record.partition))
-            if isinstance(value, AttemptHeartbeat):
-                store.add_heartbeat(value, heard_at(record, received))
-            elif isinstance(value, MeterTick):
-                store.add_tick(value)
-                # Even a known tick: after a crash the rebuild knows it, but the record
-                # built from it may never have been published.
-                batch.accounts.add(value.job_id)
-            else:
-                store.add(value.job_id, record.offset, value, heard_at(record, received))
-                for handler in handlers:
-                    handler(value.job_id, record.offset, value, batch)
+            try:
+                if isinstance(value, AttemptHeartbeat):
+                    store.add_heartbeat(value, heard_at(record, received))
+                elif isinstance(value, MeterTick):
+                    store.add_tick(value)
+                    # Even a known tick: after a crash the rebuild knows it, but the record
+                    # built from it may never have been published.
+                    batch.accounts.add(value.job_id)
+                else:
+                    store.add(value.job_id, record.offset, value, heard_at(record, received))
+                    for handler in handlers:
+                        handler(value.job_id, record.offset, value, batch)
+            except Exception as exc:
+                # The worker's crash line names the record that caused it.
+                attach_context(exc, **event_context(value))
+                raise
         metrics.count_by_topic(metrics.EVENTS_CONSUMED, consumed)
         await self.flush(batch)
 
@@ -278,4 +284,7 @@ class Step:
         for event in new:
             batch.sends.append((self.ledger.topic_of(event), event.key, event))
             self.store.add(job_id, LOCAL, event)
+        if new and log.isEnabledFor(logging.DEBUG):  # every decision, for tracing one job
+            for event in new:
+                log.debug("decided %s", event.type, extra=event_context(event))
         return new

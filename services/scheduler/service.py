@@ -19,12 +19,13 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from schemas import codec
-from schemas.events import Event
+from schemas.events import Event, JobRejected, NoCapacity
 from services.backoff import retrying
 from services.clock import utcnow
 from services.ledger import Ledger
 from services.ledger.client import broker_unavailable, heard_at
 from services.ops import metrics
+from services.ops.logs import attach_context, event_context
 from services.scheduler.core import FOLDED_TYPE_NAMES, SchedulerConfig, SchedulerState
 from services.scheduler.inventory import FitChecker
 from services.settings import Settings
@@ -175,7 +176,12 @@ class Scheduler:
                     continue
                 record = await self.ledger.decode(raw, "scheduler")
                 if record is not None and isinstance(record.value, Event):
-                    self.state.observe(record.value, heard_at(raw, received))
+                    try:
+                        self.state.observe(record.value, heard_at(raw, received))
+                    except Exception as exc:
+                        # The scheduler's crash line names the record that caused it.
+                        attach_context(exc, **event_context(record.value))
+                        raise
                     seen = True
         return seen
 
@@ -190,11 +196,30 @@ class Scheduler:
             # long it is away, rather than forget them (their ids make a repeat harmless).
             appended = await self.ledger.append_until_acked(events)
             self._own.update((a.topic, a.partition, a.offset) for a in appended)
+            _log_decisions(events)
             self.placements += sum(1 for e in events if e.type == "AttemptScheduled")
             if newest_s is not None:
                 metrics.DECISION_LATENCY.labels(decider="scheduler").observe(
                     max(0.0, time.time() - newest_s)
                 )
+
+
+def _log_decisions(events: list[Event]) -> None:
+    """A line per decision, with the job, attempt, event and node it concerns.
+
+    Rejections and no-capacity ends are INFO: rare, and what a user asks an operator
+    about. Placements and queueing (thousands a second at peak) are DEBUG.
+    """
+    debug = log.isEnabledFor(logging.DEBUG)
+    for event in events:
+        if isinstance(event, JobRejected):
+            log.info(
+                "rejected (%s): %s", event.failure_class, event.summary, extra=event_context(event)
+            )
+        elif isinstance(event, NoCapacity):
+            log.info("no capacity: %s", event.detail, extra=event_context(event))
+        elif debug:
+            log.debug("decided %s", event.type, extra=event_context(event))
 
 
 def _newest_s(batch: Any) -> float | None:

@@ -29,6 +29,7 @@ from projections.accounting import AccountingPolicy
 from schemas.events import Event, LogChunk, MeterTick, NodeEvent
 from schemas.views import AccountingRecord, JobView
 from services.ledger.client import LedgerRecord
+from services.ops.logs import attach_context, event_context
 from services.settings import Settings
 from services.sink import rows
 from services.sink.job_cache import DEFAULT_CAPACITY, CachedJob, JobCache, load_states
@@ -208,23 +209,33 @@ class _Batch:
                 self.accounting_due.add(tick.job_id)
         if not events:
             return
-        event_rows = []
+        event_rows: list[Row] = []
         for event in events:
-            job_id = event.job_id
-            state = self.states[job_id]
-            state.seq += 1
-            event_rows.append(rows.job_event_row(event, state.seq))
-            state.history.append(event)
-            view = state.view
-            evolved = job_state.evolve(view, event)
-            if evolved.failure is not None and evolved.failure != (view.failure if view else None):
-                failure = rows.failure_row(evolved, event)
-                if failure is not None:
-                    self.failures.append(failure)
-            state.view = evolved
-            self.changed_views.add(job_id)
-            self.accounting_due.add(job_id)
+            try:
+                self._fold(event, event_rows)
+            except Exception as exc:
+                # The sink's crash line names the event that caused it.
+                attach_context(exc, **event_context(event))
+                raise
         await _insert_new(self.conn, "job_events", event_rows)
+
+    def _fold(self, event: Event, event_rows: list[Row]) -> None:
+        """One new job-event into its row, its job's view and, when it decides one, a
+        failure row."""
+        job_id = event.job_id
+        state = self.states[job_id]
+        state.seq += 1
+        event_rows.append(rows.job_event_row(event, state.seq))
+        state.history.append(event)
+        view = state.view
+        evolved = job_state.evolve(view, event)
+        if evolved.failure is not None and evolved.failure != (view.failure if view else None):
+            failure = rows.failure_row(evolved, event)
+            if failure is not None:
+                self.failures.append(failure)
+        state.view = evolved
+        self.changed_views.add(job_id)
+        self.accounting_due.add(job_id)
 
     async def log_chunks(self, chunks: list[LogChunk]) -> None:
         key = itemgetter(*TABLES["log_chunks"].key)

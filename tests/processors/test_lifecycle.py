@@ -3,6 +3,8 @@ a scripted node for the agent facts (issue 5)."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from schemas.events import (
@@ -22,6 +24,7 @@ from schemas.events import (
     RetryScheduled,
 )
 from services.ledger import Ledger
+from services.ops.logs import context_of
 from services.processors import build_processors
 from tests.fakes.scripted_node import ScriptedNode
 from tests.processors.harness import (
@@ -86,7 +89,13 @@ async def test_a_user_failure_is_classified_and_not_retried(topics):
     assert record.billable_gpu_seconds > 0 and record.credited_gpu_seconds == 0
 
 
-async def test_node_lost_retries_on_another_node_from_the_last_checkpoint(topics):
+def _lines(caplog: pytest.LogCaptureFixture, message: str) -> list[dict[str, object]]:
+    """The context (job, attempt, event, node) of every captured line saying ``message``."""
+    return [context_of(r) for r in caplog.records if r.getMessage() == message]
+
+
+async def test_node_lost_retries_on_another_node_from_the_last_checkpoint(topics, caplog):
+    caplog.set_level(logging.INFO)
     settings = fast(topics)
     async with services(settings), Ledger(settings, "test") as ledger:
         lost = await ScriptedNode(ledger, "node-a", provider="p1").start()
@@ -117,6 +126,10 @@ async def test_node_lost_retries_on_another_node_from_the_last_checkpoint(topics
     assert len({e.event_id for e in unresponsive}) == 1 and unresponsive[0].silence_s == 2.0
     assert len({e.event_id for e in lost_events}) == 1
     assert lost_events[0].deadline == unresponsive[0].lost_deadline
+    # The watchdog says so in its log, naming the job, attempt, verdict and node.
+    for verdict in (unresponsive[0], lost_events[0]):
+        expected = {"job_id": job.job_id, "attempt": 1, "event_id": verdict.event_id}
+        assert _lines(caplog, f"watchdog: {verdict.type}") == [{**expected, "node_id": "node-a"}]
     classified = [e for e in history if isinstance(e, FailureClassified)]
     assert classified[0].failure_class == "node_lost" and classified[0].attribution == "platform"
     retry = next(e for e in history if isinstance(e, RetryScheduled))
@@ -127,7 +140,8 @@ async def test_node_lost_retries_on_another_node_from_the_last_checkpoint(topics
     assert by_attempt[2].billable_gpu_seconds > 0
 
 
-async def test_a_job_that_cannot_fit_is_rejected_with_nothing_held(topics):
+async def test_a_job_that_cannot_fit_is_rejected_with_nothing_held(topics, caplog):
+    caplog.set_level(logging.INFO)
     settings = fast(topics)
     async with services(settings), Ledger(settings, "test") as ledger:
         node = await ScriptedNode(
@@ -144,6 +158,11 @@ async def test_a_job_that_cannot_fit_is_rejected_with_nothing_held(topics):
     assert isinstance(rejected, JobRejected) and rejected.failure_class == "does_not_fit"
     assert rejected.fit is not None and rejected.fit.required_vram_gb == 168.0
     assert "24" in rejected.summary
+    told = [r for r in caplog.records if r.getMessage().startswith("rejected (does_not_fit)")]
+    assert [context_of(r) for r in told] == [
+        {"job_id": job.job_id, "attempt": 0, "event_id": rejected.event_id}
+    ]
+    assert rejected.summary in told[0].getMessage()
     assert not [e for e in history if isinstance(e, AttemptScheduled | JobQueued)]
     assert (
         record.held_seconds == 0
