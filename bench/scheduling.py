@@ -130,6 +130,9 @@ async def through_kafka(settings: Settings, nodes: int, jobs: int, free: int) ->
         await scheduler.start()
         try:
             await scheduler.wait_ready(timeout=300)
+            # Placements count once the broker acknowledged them (appended after ready).
+            while scheduler.placements < len(placed):
+                await asyncio.sleep(0.005)
             backlog_s = time.perf_counter() - began
             backlog = scheduler.placements
             # Live: free capacity, time until the scheduler has appended the new placements.

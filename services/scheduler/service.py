@@ -5,6 +5,15 @@ One consumer is assigned every partition of ``node-events`` and ``job-events``
 no offsets). On start it reads both topics from the beginning up to their end
 offsets, folding without deciding, so it never re-decides what the log already
 holds; then it decides on every batch and every ``scheduler_tick_s``.
+
+Live, deciding and appending overlap: decisions are already folded into the
+state when they are decided, so the loop goes on reading and deciding while an
+appender task waits for the broker's acknowledgement of the previous ones
+(waiting for each ack before reading on cost half the live placement rate).
+The appender sends them in decision order, one batch at a time, so one job's
+events stay in order on its partition even across an outage. The decisions come
+back on ``job-events``; they are recognised by key and type header when they
+do and skipped unread (their content is already in the state).
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import contextlib
 import logging
 import socket
 import time
+from collections import Counter
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -32,6 +42,14 @@ from services.settings import Settings
 
 log = logging.getLogger(__name__)
 
+FETCH_MAX_WAIT_MS = 20
+"""How long the broker may hold a fetch that found nothing new (aiokafka's default: 500).
+
+The consumer keeps one fetch in flight per broker, for the partitions with nothing
+buffered; records that arrive meanwhile on the other partitions wait until it
+returns. At 500 ms that wait was a third of the live placement time; 20 ms costs
+an idle scheduler 50 empty fetches a second."""
+
 
 class Scheduler:
     """Built by :func:`build_scheduler`; ``await run()`` until cancelled, or ``start``/``stop``."""
@@ -48,7 +66,16 @@ class Scheduler:
         self.rounds = 0
         """Decision rounds run: a test that must show something is *not* decided waits
         for rounds to pass instead of for a fixed time."""
-        self._own: set[tuple[str, int, int]] = set()
+        self._own: Counter[tuple[bytes, str]] = Counter()
+        """(key, type) of each decision not read back yet. Only this scheduler writes the
+        types it decides, and the rebuild has read every earlier one, so the next record
+        of that key and type is this decision (a second copy, appended again after an
+        unacknowledged try, is decoded and changes nothing)."""
+        self._outbox: list[tuple[list[Event], float | None]] = []
+        """Decided, not yet handed to the appender: each round's events and the broker
+        time of the newest record that led to them (None for a timer tick)."""
+        self._outbox_ready = asyncio.Event()
+        self._appender: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.consumer: Any = None
         """The live consumer while :meth:`run` runs (its lag is the ops server's)."""
@@ -96,14 +123,22 @@ class Scheduler:
         The consumer (no group) rides out an outage by itself and an append waits for
         the broker (:meth:`Ledger.append_until_acked`); only losing the consumer (the
         broker gone while it starts) restarts the run, which folds what it re-reads
-        idempotently into the state it already has.
+        idempotently into the state it already has. The appender outlives such a
+        restart: the state counts what it has not appended yet.
         """
-        await retrying(
-            self._run,
-            outage=self.ledger.outage,
-            transient=broker_unavailable,
-            backoff=self.settings.reconnect_backoff(),
-        )
+        self._appender = asyncio.create_task(self._append_decided(), name="scheduler-appender")
+        try:
+            await retrying(
+                self._run,
+                outage=self.ledger.outage,
+                transient=broker_unavailable,
+                backoff=self.settings.reconnect_backoff(),
+            )
+        finally:
+            self._appender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._appender
+            self._appender = None
 
     async def _run(self) -> None:
         topics = [self.settings.topic("node-events"), self.settings.topic("job-events")]
@@ -111,9 +146,10 @@ class Scheduler:
         for topic in topics:
             count = await self.ledger.partitions(topic)
             tps += [TopicPartition(topic, p) for p in range(count)]
-        consumer = self.ledger.consumer()
+        consumer = self.ledger.consumer(fetch_max_wait_ms=FETCH_MAX_WAIT_MS)
         await consumer.start()
         self.consumer = consumer
+        self._own.clear()  # the rebuild below reads every decision, own ones included
         try:
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
@@ -132,6 +168,7 @@ class Scheduler:
             tick = self.settings.scheduler_tick_s
             next_tick = time.monotonic() + tick
             while True:
+                self._check_appender()
                 timeout_ms = max(0, int((next_tick - time.monotonic()) * 1000))
                 batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=5000)
                 changed = await self._observe(batch)
@@ -166,13 +203,16 @@ class Scheduler:
         received = utcnow() if live else None
         for raws in batch.values():
             for raw in raws:
-                if own:
-                    position = (raw.topic, raw.partition, raw.offset)
-                    if position in own:
-                        own.discard(position)
+                name = _type_name(raw)
+                if own and name is not None:
+                    mark = (raw.key, name)
+                    if own[mark] > 0:
+                        own[mark] -= 1
+                        if not own[mark]:
+                            del own[mark]
                         self.skipped_own += 1
                         continue
-                if not _folded(raw):
+                if name is not None and name not in FOLDED_TYPE_NAMES:
                     continue
                 record = await self.ledger.decode(raw, "scheduler")
                 if record is not None and isinstance(record.value, Event):
@@ -186,22 +226,48 @@ class Scheduler:
         return seen
 
     async def _decide(self, newest_s: float | None = None) -> None:
-        """Decide and append; ``newest_s`` (the broker time of the newest record that
-        led here, None for a timer tick) measures the decision latency."""
+        """Decide and hand the decisions to the appender; ``newest_s`` (the broker time
+        of the newest record that led here, None for a timer tick) measures the
+        decision latency."""
         events = self.state.decide(utcnow())
         self.rounds += 1
         if events:
-            # Every position is known before the next getmany: this task is the only reader.
-            # The state already counts these placements: wait for the broker, however
-            # long it is away, rather than forget them (their ids make a repeat harmless).
-            appended = await self.ledger.append_until_acked(events)
-            self._own.update((a.topic, a.partition, a.offset) for a in appended)
-            _log_decisions(events)
+            self._own.update((e.key.encode(), type(e).__name__) for e in events)
+            self._outbox.append((events, newest_s))
+            self._outbox_ready.set()
+
+    async def _append_decided(self) -> None:
+        """Append what was decided, in decision order, one acknowledged batch at a time.
+
+        The state already counts these placements: wait for the broker, however long
+        it is away, rather than forget them (their ids make a repeat harmless). Rounds
+        decided while a batch waits for its ack go together in the next one.
+        """
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            rounds, self._outbox = self._outbox, []
+            if not rounds:
+                continue
+            events = [e for round_events, _ in rounds for e in round_events]
+            await self.ledger.append_until_acked(events)
+            _log_decisions(events)  # once they are on the ledger
             self.placements += sum(1 for e in events if e.type == "AttemptScheduled")
-            if newest_s is not None:
-                metrics.DECISION_LATENCY.labels(decider="scheduler").observe(
-                    max(0.0, time.time() - newest_s)
-                )
+            acked_s = time.time()
+            for _, newest_s in rounds:
+                if newest_s is not None:
+                    metrics.DECISION_LATENCY.labels(decider="scheduler").observe(
+                        max(0.0, acked_s - newest_s)
+                    )
+
+    def _check_appender(self) -> None:
+        """Raise what ended the appender (an error the ledger does not retry: a bug)."""
+        appender = self._appender
+        if appender is None:
+            raise RuntimeError("the scheduler's appender is not running: start it with run()")
+        if appender.done():
+            appender.result()
+            raise RuntimeError("the scheduler's appender stopped")
 
 
 def _log_decisions(events: list[Event]) -> None:
@@ -228,12 +294,12 @@ def _newest_s(batch: Any) -> float | None:
     return max(stamps) / 1000 if stamps else None
 
 
-def _folded(raw: Any) -> bool:
-    """False when the record's type header names an event the scheduler ignores."""
+def _type_name(raw: Any) -> str | None:
+    """The record's type header; None without one (decode it and let the codec judge)."""
     for name, value in raw.headers or ():
         if name == codec.HEADER_TYPE:
-            return bytes(value).decode(errors="replace") in FOLDED_TYPE_NAMES
-    return True  # no type header: decode it and let the codec judge
+            return bytes(value).decode(errors="replace")
+    return None
 
 
 def build_scheduler(settings: Settings) -> Scheduler:
