@@ -14,7 +14,7 @@ from bench.common import RESULTS, Result, machine
 from schemas.errors import GridledgerError
 from services.settings import Settings
 
-NAMES = ("scheduling", "replay", "sink", "pipeline", "launch", "logs")
+NAMES = ("scheduling", "simulation", "replay", "sink", "pipeline", "launch", "logs")
 """In running order: the cheap, Kafka/Postgres-only ones first."""
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-BENCHMARKS = ("scheduling", "replay", "sink", "pipeline", "launch", "logs")
+BENCHMARKS = ("scheduling", "simulation", "replay", "sink", "pipeline", "launch", "logs")
 
 
 @click.command("bench", short_help="run benchmarks (" + ", ".join(BENCHMARKS) + ")")

@@ -1,4 +1,9 @@
-"""Run a simulation: a fleet, a batch of submitted jobs, wait until every job is terminal."""
+"""Run a simulation: a fleet, a batch of submitted jobs, wait until every job is terminal.
+
+The summary says how fast the platform got through them: jobs ended per second of
+the run and each job's time to terminal, from its submission (all are submitted
+at once) to the moment the simulator read its terminal event back from the ledger.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from bench.common import summary
 from schemas.events import TERMINAL_EVENTS, FailureClassified, JobSubmitted
 from schemas.spec import JobSpec
 from services.ledger import Ledger
@@ -84,8 +90,10 @@ async def simulate(
                 for i in range(jobs)
             ]
             await fleet.emit(submitted)
+            submitted_at = time.monotonic()
             wanted = {e.job_id for e in submitted}
             ends: dict[str, str] = {}
+            to_terminal: list[float] = []
             classes: Counter[str] = Counter()
             seen: set[str] = set()
             lifecycle = 0
@@ -102,8 +110,9 @@ async def simulate(
                         if isinstance(event, FailureClassified) and event.event_id not in seen:
                             seen.add(event.event_id)  # re-processing appends duplicates
                             classes[event.failure_class] += 1
-                        if type(event).__name__ in terminal_names:
-                            ends.setdefault(record.key, type(event).__name__)
+                        if type(event).__name__ in terminal_names and record.key not in ends:
+                            ends[record.key] = type(event).__name__
+                            to_terminal.append(time.monotonic() - submitted_at)
                 if time.monotonic() >= next_report:
                     say(
                         f"  {time.monotonic() - began:5.0f} s: {len(ends)}/{jobs} terminal, "
@@ -120,6 +129,10 @@ async def simulate(
         "jobs": jobs,
         "terminal": len(ends),
         "elapsed_s": round(elapsed, 2),
+        "jobs_per_s": round(len(ends) / elapsed, 1) if elapsed else 0.0,
+        "time_to_terminal_s": {
+            q: round(v, 2) for q, v in summary(to_terminal).items() if q in ("p50", "p99", "max")
+        },
         "outcomes": dict(Counter(ends.values())),
         "failure_classes": dict(classes),
         "attempts_accepted": fleet.stats.accepted,

@@ -19,6 +19,10 @@ EXPECTED: dict[str, list[tuple[str, ...]]] = {
         ("figures", "kafka", "backlog_placements_per_s"),
         ("figures", "kafka", "live_placements_per_s"),
     ],
+    "simulation": [
+        ("figures", "simulation", "jobs_per_s"),
+        ("figures", "simulation", "time_to_terminal_s", "p99"),
+    ],
     "replay": [("figures", "replay", "events_per_s"), ("baseline", "raw_fastavro", "events_per_s")],
     "sink": [
         ("figures", "first_pass", "events_per_s"),
