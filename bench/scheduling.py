@@ -131,7 +131,10 @@ async def through_kafka(settings: Settings, nodes: int, jobs: int, free: int) ->
         try:
             await scheduler.wait_ready(timeout=300)
             # Placements count once the broker acknowledged them (appended after ready).
+            acked_by = time.perf_counter() + 300
             while scheduler.placements < len(placed):
+                if time.perf_counter() > acked_by:
+                    raise TimeoutError("the backlog's placements were not acknowledged in 300 s")
                 await asyncio.sleep(0.005)
             backlog_s = time.perf_counter() - began
             backlog = scheduler.placements
