@@ -29,10 +29,12 @@ into the rejection message:
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from projections.evidence import number
+from schemas.events import Event, JobRejected
 from schemas.spec import JobSpec
 from schemas.types import FitReport, GpuDevice
 
@@ -177,13 +179,27 @@ def _advice(
     return f"no node has enough GPUs for it; use {lower}a smaller model"
 
 
-def rejection(report: FitReport) -> tuple[str, str]:
-    """The summary and advice of the JobRejected(does_not_fit) for a report that does not fit.
+def rejected(
+    cause: Event, report: FitReport, *, by: str, producer: str, now: datetime, suffix: str = ""
+) -> JobRejected:
+    """The JobRejected(does_not_fit) for a report that does not fit: the one builder.
 
-    The explanation reads "<the numbers> — <what to change>"; the numbers become the
-    summary and the suggestion the advice, so the API and the scheduler word it alike.
+    Derived by ``by`` from the event that led to the check (the JobSubmitted at
+    pre-flight; the JobQueued when the fleet was empty at submit and the check ran
+    once a node registered, with ``suffix`` "reject"), written by ``producer`` at
+    ``now``, with the report's numbers. The explanation reads "<the numbers> — <what
+    to change>": the numbers become the summary and the suggestion the advice.
     """
     found, _, fix = report.explanation.partition(" — ")
-    summary = f"The job can never run on this fleet: {found}."
-    advice = f"{fix[:1].upper()}{fix[1:]}." if fix else "Request fewer or smaller GPUs."
-    return summary, advice
+    return JobRejected.derived(
+        cause,
+        by,
+        suffix,
+        attempt=0,
+        occurred_at=now,
+        producer=producer,
+        failure_class="does_not_fit",
+        summary=f"The job can never run on this fleet: {found}.",
+        advice=f"{fix[:1].upper()}{fix[1:]}." if fix else "Request fewer or smaller GPUs.",
+        fit=report,
+    )

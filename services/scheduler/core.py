@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from projections.evidence import number
+from projections.fit import rejected
 from schemas.events import (
     EVENT_TYPES,
     TERMINAL_EVENTS,
@@ -31,7 +32,6 @@ from schemas.events import (
     Event,
     FailureClassified,
     JobQueued,
-    JobRejected,
     JobSubmitted,
     NoCapacity,
     NodeEvent,
@@ -287,7 +287,7 @@ class SchedulerState:
         submitted = entry.submitted
         report = self.fit_check(entry.spec, self.fleet)
         if report is not None and not report.fits:
-            return self._rejection(entry, submitted, report, now)
+            return rejected(submitted, report, by=PROCESSOR, producer=self.config.producer, now=now)
         entry.vram_gb = report.required_vram_gb if report is not None else None
         deadline = submitted.occurred_at + timedelta(seconds=entry.spec.limits.queue_timeout_s)
         return JobQueued.derived(
@@ -329,7 +329,16 @@ class SchedulerState:
             if report is None:
                 break  # still no node registered
             if not report.fits:
-                out.append(self._late_reject(entry, entry.queued, report, now))
+                # Derived from the JobQueued, like its placement: a suffix of its own.
+                late = rejected(
+                    entry.queued,
+                    report,
+                    by=PROCESSOR,
+                    producer=self.config.producer,
+                    now=now,
+                    suffix="reject",
+                )
+                out.append(late)
                 self.observe(out[-1])
                 continue
             entry.vram_gb = report.required_vram_gb
@@ -406,28 +415,6 @@ class SchedulerState:
             detail=detail,
         )
 
-    def _late_reject(
-        self, entry: JobEntry, queued: JobQueued, report: FitReport, now: datetime
-    ) -> JobRejected:
-        return self._rejection(entry, queued, report, now, suffix="reject")
-
-    def _rejection(
-        self, entry: JobEntry, cause: Event, report: FitReport, now: datetime, suffix: str = ""
-    ) -> JobRejected:
-        """does_not_fit, with the numbers, derived from the event that led to the check."""
-        return JobRejected.derived(
-            cause,
-            PROCESSOR,
-            suffix,
-            attempt=0,
-            occurred_at=now,
-            producer=self.config.producer,
-            failure_class="does_not_fit",
-            summary=report.explanation,
-            advice=_fit_advice(report),
-            fit=report,
-        )
-
 
 def _avoided_words(avoidance: Avoidance) -> str:
     parts = []
@@ -461,15 +448,3 @@ def placement_reason(placement: Placement, avoidance: Avoidance | None, fallback
             "and not suspect"
         )
     return f"placed on {where}, avoiding {avoided}{because}"
-
-
-def _fit_advice(report: FitReport) -> str:
-    """The part of the fit explanation that says what to change (after the dash)."""
-    _, dash, advice = report.explanation.partition(" — ")
-    if dash:
-        return advice
-    return (
-        f"the job needs ~{report.required_vram_gb:g} GiB on each of {report.gpus_requested} "
-        f"GPU(s); the largest GPU in the fleet ({report.largest_gpu_model or 'none'}) has "
-        f"{report.largest_gpu_vram_gb:g} GiB - use fewer/smaller resources or a smaller model"
-    )

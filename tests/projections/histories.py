@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from projections.decisions import react
-from projections.fit import NodeCapacity, check_fit, rejection
+from projections.fit import NodeCapacity, check_fit, rejected
 from schemas.events import (
     AttemptAccepted,
     AttemptCancelled,
@@ -129,6 +129,10 @@ class JobHistory:
             producer=producer,
             **fields,
         )
+        return self.add(event)
+
+    def add(self, event: E) -> E:
+        """Append an event built elsewhere (by a production builder), reacting if live."""
         self.events.append(event)
         if self.live:
             pending: list[Event] = [event]
@@ -176,16 +180,12 @@ class JobHistory:
         return self.emit(JobSubmitted, "api", tenant=self.tenant, submitter="alice", spec=self.spec)
 
     def reject_for_fit(self, nodes: list[NodeCapacity]) -> JobRejected:
+        """The scheduler's pre-flight rejection, built as production builds it."""
         report = check_fit(self.spec, nodes)
         assert not report.fits, report
-        summary, advice = rejection(report)
-        return self.emit(
-            JobRejected,
-            "api",
-            failure_class="does_not_fit",
-            summary=summary,
-            advice=advice,
-            fit=report,
+        (submitted,) = (e for e in self.events if isinstance(e, JobSubmitted))
+        return self.add(
+            rejected(submitted, report, by="scheduler", producer="scheduler", now=self.now)
         )
 
     def cancel(self, reason: str = "no longer needed") -> CancelRequested:

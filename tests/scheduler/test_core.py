@@ -22,6 +22,7 @@ from schemas.events import (
     NodeRegistered,
     ProcessExited,
     RetryScheduled,
+    derived_event_id,
 )
 from schemas.spec import JobSpec
 from schemas.types import CheckpointRef, GpuDevice
@@ -80,6 +81,30 @@ def test_impossible_job_is_rejected_with_the_numbers_before_anything_is_held() -
     assert rejected.failure_class == "does_not_fit" and rejected.fit is not None
     assert rejected.fit.required_vram_gb == 168.0 and rejected.fit.largest_gpu_vram_gb == 24.0
     assert "168" in rejected.summary and s.fleet.reservations == {}
+
+
+def test_rejections_say_what_to_change_and_derive_from_the_event_that_led_to_the_check() -> None:
+    """Pre-flight and late (the fleet was empty at submit) rejections alike: the wording the
+    API and the CLI show, a cause, and ids that do not clash with the job's placement."""
+    big = {"model": {"params_billion": 16, "dtype": "fp16"}}
+    s = state()
+    sub = submit("now", **big)
+    (early,) = run(s, node("a", count=4, gb=24), sub)
+    s = state()
+    late_sub = submit("late", **big)
+    (queued,) = run(s, late_sub)
+    (late,) = run(s, node("a", count=4, gb=24, at=T0 + timedelta(seconds=1)), now=T0)
+    for rejected, cause in ((early, sub), (late, queued)):
+        assert isinstance(rejected, JobRejected) and rejected.causation_id == cause.event_id
+        assert rejected.producer == "scheduler" and rejected.attempt == 0
+        assert rejected.summary == (
+            "The job can never run on this fleet: job needs ~38.4 GiB of GPU memory per GPU "
+            "(16B params x 2 bytes fp16 x 1.2 inference); the largest GPU in the fleet is "
+            "A100-80GB with 24 GiB."
+        )
+        assert rejected.advice == "Request 2 GPUs or a smaller model."
+    assert late.event_id not in {queued.event_id, late_sub.event_id}
+    assert late.event_id != derived_event_id(queued.event_id, "scheduler")  # the placement's
 
 
 def test_empty_fleet_means_wait_not_reject() -> None:
