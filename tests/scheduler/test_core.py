@@ -86,12 +86,12 @@ def test_impossible_job_is_rejected_with_the_numbers_before_anything_is_held() -
 def test_rejections_say_what_to_change_and_derive_from_the_event_that_led_to_the_check() -> None:
     """Pre-flight and late (the fleet was empty at submit) rejections alike: the wording the
     API and the CLI show, a cause, and ids that do not clash with the job's placement."""
-    big = {"model": {"params_billion": 16, "dtype": "fp16"}}
+    big = {"params_billion": 16, "dtype": "fp16"}
     s = state()
-    sub = submit("now", **big)
+    sub = submit("now", model=big)
     (early,) = run(s, node("a", count=4, gb=24), sub)
     s = state()
-    late_sub = submit("late", **big)
+    late_sub = submit("late", model=big)
     (queued,) = run(s, late_sub)
     (late,) = run(s, node("a", count=4, gb=24, at=T0 + timedelta(seconds=1)), now=T0)
     for rejected, cause in ((early, sub), (late, queued)):
