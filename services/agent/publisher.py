@@ -1,15 +1,13 @@
-"""Publishes spooled records to Kafka through the ledger's producer (acks=all, idempotent)."""
+"""Publishes spooled records to Kafka through the ledger's append path (acks=all, idempotent)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from typing import Any
 
 from services.agent.spool import SpoolRecord
 from services.ledger import Ledger
-from services.ops import metrics
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -28,30 +26,24 @@ class LedgerPublisher:
         self._ledger: Ledger | None = None
 
     async def publish(self, records: list[SpoolRecord]) -> None:
+        """Append the lane's records in order, through the ledger's one append path."""
         try:
             if self._ledger is None:
                 self._ledger = await Ledger(self.settings, self.name).start()
-            producer = self._ledger.producer
-            futures: list[asyncio.Future[Any]] = []
-            for record in records:
-                futures.append(
-                    await producer.send(
+            await self._ledger.append_encoded(
+                [
+                    (
                         self.settings.topic(record.topic),
-                        value=record.value,
-                        key=record.key.encode() if record.key else None,
-                        headers=record.headers,
+                        record.key.encode() if record.key else None,
+                        record.value,
+                        record.headers,
                     )
-                )
-            await asyncio.gather(*futures)
+                    for record in records
+                ]
+            )
         except BaseException:
             await self._reset()
             raise
-        produced: dict[str, int] = {}
-        for record in records:
-            produced[record.topic] = produced.get(record.topic, 0) + 1
-        metrics.count_by_topic(
-            metrics.EVENTS_PRODUCED, {self.settings.topic(t): n for t, n in produced.items()}
-        )
 
     async def _reset(self) -> None:
         ledger, self._ledger = self._ledger, None

@@ -1,12 +1,18 @@
-"""The ledger client: append events to Kafka, read a job's history, subscribe, dead-letter."""
+"""The ledger: append events to Kafka, read a job's history, subscribe, dead-letter.
 
-from services.ledger.client import Appended, Ledger, LedgerRecord, partition_for
+:class:`LedgerPort` is what services take; :class:`Ledger` is the Kafka one their
+composition roots build (see :mod:`services.ledger.port`).
+"""
+
+from services.ledger.client import Ledger, partition_for
 from services.ledger.errors import BrokerUnavailableError, LedgerRefusedError, broker_unavailable
+from services.ledger.port import Appended, LedgerPort, LedgerRecord
 
 __all__ = [
     "Appended",
     "BrokerUnavailableError",
     "Ledger",
+    "LedgerPort",
     "LedgerRecord",
     "LedgerRefusedError",
     "broker_unavailable",

@@ -24,12 +24,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 from aiokafka.partitioner import murmur2
 from pydantic import BaseModel
 
@@ -43,6 +42,7 @@ from services.ledger.errors import (
     broker_unavailable,
     refusal_of,
 )
+from services.ledger.port import Appended, Encoded, Keyed, LedgerRecord
 from services.ops import metrics
 from services.settings import Settings
 
@@ -77,36 +77,18 @@ def heard_at(record: object, received: datetime | None) -> datetime | None:
 
 def partition_for(key: str, partitions: int) -> int:
     """The partition the Java/aiokafka default partitioner picks for ``key``."""
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+    return _partition_of(key.encode(), partitions)
 
 
-@dataclass(frozen=True)
-class Appended:
-    topic: str
-    partition: int
-    offset: int
-
-
-@dataclass(frozen=True)
-class LedgerRecord:
-    """A decoded record and where it came from."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: str
-    value: BaseModel
-    timestamp_ms: int
-
-    @property
-    def event(self) -> Event:
-        if not isinstance(self.value, Event):
-            raise TypeError(f"record at {self.topic}/{self.partition}@{self.offset} is a view")
-        return self.value
+def _partition_of(key: bytes | None, partitions: int) -> int:
+    # No key hashes as the empty one: one fixed partition, never a random one, so the
+    # fake and the real ledger agree on where everything lands.
+    return (murmur2(key or b"") & 0x7FFFFFFF) % partitions
 
 
 class Ledger:
-    """Append to and read from gridledger's topics. Build one per service; ``await start()``."""
+    """The ledger on Kafka (:class:`~services.ledger.port.LedgerPort`). Build one per
+    service in its composition root; ``await start()``."""
 
     def __init__(
         self,
@@ -132,6 +114,8 @@ class Ledger:
         self._consumed: dict[str, Any] = {}
         """EVENTS_CONSUMED's child per topic: ``labels()`` costs more than a decode's
         Avro read, and :meth:`decode` counts every record."""
+        self._probe: AIOKafkaConsumer | None = None
+        """The consumer :meth:`end_offsets` asks (started on first use)."""
         self.outage = outage_of(f"Kafka at {settings.kafka_bootstrap}")
         """The broker's availability as this process sees it (logged on change only)."""
         route_client_logs("aiokafka", self.outage)
@@ -192,15 +176,6 @@ class Ledger:
                 async with asyncio.timeout(5):
                     await producer.stop()
 
-    async def reset_producer(self) -> None:
-        """Public :meth:`_drop_producer`, for a service that sends on :meth:`ready_producer`
-        itself (the processors' batch) and retries after a failure."""
-        await self._drop_producer()
-
-    async def ready_producer(self) -> AIOKafkaProducer:
-        """The producer, started again after :meth:`reset_producer` (for batch senders)."""
-        return await self._ready_producer()
-
     async def _ready_producer(self) -> AIOKafkaProducer:
         if self._producer is None and self._started:
             await self._start_producer()
@@ -208,6 +183,9 @@ class Ledger:
 
     async def stop(self) -> None:
         self._started = False
+        probe, self._probe = self._probe, None
+        if probe is not None:
+            await probe.stop()
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
@@ -243,22 +221,44 @@ class Ledger:
     ) -> list[Appended]:
         """Append events in order per key; waits for all of them. Where each one landed.
 
-        ``topic`` overrides the events' own. The events are grouped by partition into
-        the producer's own batches (``create_batch``/``send_batch``) and acknowledged
-        per batch: a record-by-record ``send`` (a producer call, a partitioner call and a
-        future per record) was a quarter of the scheduler's time. The guarantees are the
-        producer's (acks=all, idempotent); the partition is the default partitioner's
-        (:func:`partition_for`), and one partition's batches are queued in order.
+        ``topic`` overrides the events' own.
         """
+        return await self.put_many([(topic or self.topic_of(e), e.key, e) for e in events])
+
+    async def put_many(self, items: Sequence[Keyed]) -> list[Appended]:
+        """Append values to the topic and under the key each names; None deletes the key
+        (a tombstone on a compacted topic). Encodes, then :meth:`append_encoded`."""
+        return await self.append_encoded(
+            [
+                (
+                    topic,
+                    key.encode() if key else None,
+                    None if value is None else codec.encode(value),
+                    [] if value is None else codec.headers(value),
+                )
+                for topic, key, value in items
+            ]
+        )
+
+    async def append_encoded(self, items: Sequence[Encoded]) -> list[Appended]:
+        """The one append path: encoded values in order per key; waits for all of them.
+
+        The values are grouped by partition into the producer's own batches
+        (``create_batch``/``send_batch``) and acknowledged per batch: a record-by-record
+        ``send`` (a producer call, a partitioner call and a future per record) was a
+        quarter of the scheduler's time. The guarantees are the producer's (acks=all,
+        idempotent); the partition is the default partitioner's (:func:`partition_for`),
+        and one partition's batches are queued in order. A failure drops the producer
+        (see the module docstring) and raises :class:`BrokerUnavailableError`.
+        """
+        if not items:
+            return []
         producer = await self._ready_producer()
         batches: dict[tuple[str, int], list[Any]] = {}
         slots: list[tuple[tuple[str, int], int, int]] = []
-        """Per event: its partition, the index of its batch there, its place in the batch."""
-        for event in events:
-            where = topic or self.topic_of(event)
-            tp = (where, partition_for(event.key, await self.partitions(where)))
-            key = event.key.encode() if event.key else None
-            value, hdrs = codec.encode(event), codec.headers(event)
+        """Per value: its partition, the index of its batch there, its place in the batch."""
+        for where, key, value, hdrs in items:
+            tp = (where, _partition_of(key, await self.partitions(where)))
             pending = batches.setdefault(tp, [])
             meta = None
             if pending:
@@ -267,7 +267,9 @@ class Ledger:
                 pending.append(producer.create_batch())
                 meta = pending[-1].append(timestamp=None, key=key, value=value, headers=hdrs)
                 if meta is None:  # aiokafka always takes a batch's first record
-                    raise LedgerError(f"{event.type} {event.event_id} does not fit a batch")
+                    raise LedgerError(
+                        f"a value of {len(value or b'')} bytes for {where} does not fit a batch"
+                    )
             slots.append((tp, len(pending) - 1, meta.offset))
 
         async def submit(tp: tuple[str, int], builders: list[Any]) -> list[Any]:
@@ -275,19 +277,27 @@ class Ledger:
             for builder in builders:
                 builder.close()  # nothing else may join a batch once it is queued
                 futures.append(await producer.send_batch(builder, tp[0], partition=tp[1]))
-            return [await f for f in futures]
+            # Every future is awaited, so none is left with an error nobody read.
+            done = await asyncio.gather(*futures, return_exceptions=True)
+            for result in done:
+                if isinstance(result, BaseException):
+                    raise result
+            return done
 
-        try:
-            acked = dict(
-                zip(
-                    batches,
-                    await asyncio.gather(*(submit(tp, b) for tp, b in batches.items())),
-                    strict=True,
-                )
-            )
-        except (KafkaError, OSError) as exc:
+        results = await asyncio.gather(
+            *(submit(tp, b) for tp, b in batches.items()), return_exceptions=True
+        )
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            if not isinstance(failed, KafkaError | OSError):
+                raise failed
             await self._drop_producer()
-            raise append_failed(exc, f"append of {len(events)} event(s)") from exc
+            raise append_failed(failed, f"append of {len(items)} value(s)") from failed
+        acked: dict[tuple[str, int], list[Any]] = {
+            tp: r
+            for tp, r in zip(batches, results, strict=True)
+            if not isinstance(r, BaseException)
+        }
         self.outage.up()
         produced: dict[str, int] = {}
         for tp, _, _ in slots:
@@ -313,42 +323,13 @@ class Ledger:
 
     async def publish(self, topic_suffix: str, key: str, value: BaseModel | None) -> Appended:
         """Publish a view (JobView, AccountingRecord) to a compacted topic; None deletes it."""
-        topic = self.settings.topic(topic_suffix)
-        return await self._settle(await self._send(topic, key, value))
+        return (await self.put_many([(self.settings.topic(topic_suffix), key, value)]))[0]
 
     async def send_raw(
         self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
     ) -> Appended:
         """Send bytes as they are (dead-letter, tests of malformed input)."""
-        try:
-            fut = await (await self._ready_producer()).send(
-                topic, value=value, key=key, headers=headers
-            )
-        except KafkaError as exc:
-            await self._drop_producer()
-            raise append_failed(exc, f"append to {topic}") from exc
-        return await self._settle(fut)
-
-    async def _send(self, topic: str, key: str, value: BaseModel | None) -> asyncio.Future[Any]:
-        payload = None if value is None else codec.encode(value)
-        hdrs = [] if value is None else codec.headers(value)
-        try:
-            return await (await self._ready_producer()).send(
-                topic, value=payload, key=key.encode() if key else None, headers=hdrs
-            )
-        except KafkaError as exc:
-            await self._drop_producer()
-            raise append_failed(exc, f"append to {topic}") from exc
-
-    async def _settle(self, fut: asyncio.Future[Any]) -> Appended:
-        try:
-            meta = await fut
-        except KafkaError as exc:
-            await self._drop_producer()
-            raise append_failed(exc, "append") from exc
-        self.outage.up()
-        metrics.EVENTS_PRODUCED.labels(topic=meta.topic).inc()
-        return Appended(meta.topic, meta.partition, meta.offset)
+        return (await self.append_encoded([(topic, key, value, headers)]))[0]
 
     # ----------------------------------------------------------------------- dead letter
 
@@ -417,6 +398,7 @@ class Ledger:
             raw.key.decode() if raw.key else "",
             value,
             raw.timestamp,
+            heard_at(raw, None),
         )
 
     @staticmethod
@@ -447,13 +429,51 @@ class Ledger:
             **kwargs,
         )
 
+    async def end_offsets(
+        self, topic: str, partitions: Iterable[int], timeout_s: float = 2.0
+    ) -> dict[int, int]:
+        """Partition -> the offset the next record appended there will get, asked now.
+
+        Over a consumer of its own, kept between calls (a probe every few seconds, e.g.
+        the watchdog's, must not open a connection each time): a broker that does not
+        answer within ``timeout_s`` raises :class:`BrokerUnavailableError`.
+        """
+        tps = [TopicPartition(topic, p) for p in partitions]
+        try:
+            if self._probe is None:
+                probe = self.consumer(request_timeout_ms=int(timeout_s * 1000))
+                try:
+                    await asyncio.wait_for(probe.start(), timeout_s)
+                except BaseException:
+                    await probe.stop()
+                    raise
+                self._probe = probe
+            ends = await asyncio.wait_for(self._probe.end_offsets(tps), timeout_s)
+        except (KafkaError, TimeoutError, OSError) as exc:
+            raise BrokerUnavailableError(
+                f"Kafka at {self.settings.kafka_bootstrap} did not answer: {exc!r}"
+            ) from exc
+        return {tp.partition: ends[tp] for tp in tps}
+
     async def partitions(self, topic: str) -> int:
         if topic not in self._partitions:
-            parts = await (await self._ready_producer()).partitions_for(topic)
+            try:
+                parts = await (await self._ready_producer()).partitions_for(topic)
+            except UnknownTopicOrPartitionError:
+                parts = set()  # this aiokafka raises where older ones returned nothing
             if not parts:
                 raise LedgerError(f"topic {topic} does not exist: run `gridledger dev up`")
             self._partitions[topic] = len(parts)
         return self._partitions[topic]
+
+    async def read_raw(
+        self, topic: str, partitions: Iterable[int] | None = None
+    ) -> AsyncIterator[Any]:
+        """Every record of ``topic`` as consumed (bytes, headers, broker timestamp), from
+        offset 0 up to the end as of the call, partition by partition interleaved."""
+        async for raws in self._raw_batches(topic, partitions):
+            for raw in raws:
+                yield raw
 
     async def read_partitions(
         self,

@@ -37,13 +37,11 @@ from datetime import datetime
 from typing import Any
 
 import faust
-from aiokafka import AIOKafkaConsumer
-from aiokafka.errors import KafkaError
 
 from schemas.events import Event
 from services.clock import utcnow
-from services.ledger import Ledger
-from services.ledger.client import broker_unavailable, partition_for
+from services.ledger import Ledger, LedgerPort
+from services.ledger.client import BrokerUnavailableError, broker_unavailable, partition_for
 from services.ops.logs import event_context
 from services.processors import watchdog
 from services.processors.step import Batch, Step
@@ -86,7 +84,13 @@ def topics_for(only: Iterable[str]) -> tuple[str, ...]:
 class Processors:
     """A faust app with one agent for the chosen processors; built by :func:`build_processors`."""
 
-    def __init__(self, settings: Settings, only: Iterable[str], app_id: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        ledger: LedgerPort,
+        only: Iterable[str],
+        app_id: str | None = None,
+    ) -> None:
         chosen = tuple(p for p in PROCESSORS if p in set(only))
         unknown = set(only) - set(PROCESSORS)
         if unknown or not chosen:
@@ -96,7 +100,7 @@ class Processors:
         self.settings = settings
         self.only = chosen
         self.app_id = app_id or app_id_for(settings, chosen)
-        self.ledger = Ledger(settings, f"processors-{socket.gethostname()}")
+        self.ledger = ledger
         self.store = JobStore(self.ledger, with_ticks="accounting" in chosen)
         self.step = Step(
             settings, self.ledger, self.store, chosen, f"processors/{'+'.join(chosen)}"
@@ -111,7 +115,6 @@ class Processors:
         self._heard_through: datetime | None = None
         self._told_deaf = False
         """Whether the log last said the watchdog cannot hear (it says so on change only)."""
-        self._probe_consumer: AIOKafkaConsumer | None = None
         self.thresholds = watchdog.Thresholds(
             silence_s=settings.watchdog_silence_s,
             lost_after_s=settings.watchdog_lost_after_s,
@@ -264,20 +267,12 @@ class Processors:
             return now, ""
         why = ""
         try:
-            if self._probe_consumer is None:
-                consumer = self.ledger.consumer(request_timeout_ms=PROBE_TIMEOUT_MS)
-                try:
-                    await asyncio.wait_for(consumer.start(), PROBE_TIMEOUT_MS / 1000)
-                except BaseException:
-                    await consumer.stop()
-                    raise
-                self._probe_consumer = consumer
-            ends = await asyncio.wait_for(
-                self._probe_consumer.end_offsets(tps), PROBE_TIMEOUT_MS / 1000
+            ends = await self.ledger.end_offsets(
+                topic, [tp.partition for tp in tps], timeout_s=PROBE_TIMEOUT_MS / 1000
             )
-            self._probes.append((now, {tp.partition: ends[tp] for tp in tps}))
-        except (KafkaError, TimeoutError, OSError) as exc:
-            why = f"Kafka at {self.settings.kafka_bootstrap} did not answer: {exc!r}"
+            self._probes.append((now, {p: ends[p] for p in sorted(ends)}))
+        except BrokerUnavailableError as exc:
+            why = str(exc)
         processed = dict(self.step.heard_offsets)
         for tp in tps:
             if tp.partition not in processed:
@@ -348,9 +343,6 @@ class Processors:
         if self._started:
             await self.app.stop()
             self._started = False
-        if self._probe_consumer is not None:
-            await self._probe_consumer.stop()
-            self._probe_consumer = None
         await self.ledger.stop()
 
     async def run_forever(self) -> None:
@@ -363,7 +355,20 @@ class Processors:
 
 
 def build_processors(
-    settings: Settings, only: Iterable[str] | None = None, app_id: str | None = None
+    settings: Settings,
+    only: Iterable[str] | None = None,
+    app_id: str | None = None,
+    *,
+    ledger: LedgerPort | None = None,
 ) -> Processors:
-    """Composition root of the processors worker (all of them unless ``only`` is given)."""
-    return Processors(settings, only if only is not None else PROCESSORS, app_id)
+    """Composition root of the processors worker (all of them unless ``only`` is given).
+
+    The Kafka ledger unless ``ledger`` is given (a test's :class:`FakeLedger`, which
+    drives :attr:`Processors.step` without faust or a broker).
+    """
+    return Processors(
+        settings,
+        ledger or Ledger(settings, f"processors-{socket.gethostname()}"),
+        only if only is not None else PROCESSORS,
+        app_id,
+    )

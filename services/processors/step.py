@@ -13,16 +13,14 @@ worker at-least-once. Handlers are plain functions so a record costs no awaits.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
-from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
 from projections.accounting import account
@@ -41,9 +39,8 @@ from schemas.events import (
 from schemas.views import JobView
 from services.backoff import retrying
 from services.clock import utcnow
-from services.ledger import Ledger
+from services.ledger import LedgerPort
 from services.ledger.client import broker_unavailable, heard_at
-from services.ledger.errors import append_failed
 from services.ops import metrics
 from services.ops.logs import attach_context, event_context
 from services.processors import dispatch
@@ -88,7 +85,7 @@ class Step:
     def __init__(
         self,
         settings: Settings,
-        ledger: Ledger,
+        ledger: LedgerPort,
         store: JobStore,
         chosen: Sequence[str],
         consumer_name: str,
@@ -176,7 +173,6 @@ class Step:
             outage=self.outage,
             transient=broker_unavailable,
             backoff=self.settings.reconnect_backoff(),
-            on_failure=self.ledger.reset_producer,
         )
 
     async def flush(self, batch: Batch) -> None:
@@ -194,33 +190,12 @@ class Step:
                 record = account(job.events, job.ticks.values(), view=self.latest_view(job_id))
                 sends.append((accounting, job_id, record))
         if sends:
-            encoded = [
-                (topic, key.encode(), codec.encode(value), codec.headers(value))
-                for topic, key, value in sends
-            ]
-            await self.retrying(lambda: self._send(encoded))
-        produced: dict[str, int] = {}
-        for topic, _, _ in sends:
-            produced[topic] = produced.get(topic, 0) + 1
-        metrics.count_by_topic(metrics.EVENTS_PRODUCED, produced)
+            # The ledger's own append path: batched per partition, acked, counted.
+            await self.retrying(partial(self.ledger.put_many, sends))
         if decisions and batch.newest_s is not None:
             metrics.DECISION_LATENCY.labels(decider="processors").observe(
                 max(0.0, time.time() - batch.newest_s)
             )
-
-    async def _send(self, encoded: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]) -> None:
-        producer = await self.ledger.ready_producer()
-        pending: list[asyncio.Future[Any]] = []
-        try:
-            for topic, key, value, headers in encoded:
-                pending.append(await producer.send(topic, value=value, key=key, headers=headers))
-            for future in pending:
-                await future
-        except KafkaError as exc:
-            for future in pending:  # the rest fail too; do not leave their errors unread
-                if future.done() and not future.cancelled():
-                    future.exception()
-            raise append_failed(exc, f"append of {len(encoded)} record(s)") from exc
 
     # ----------------------------------------------------------------------- views
 

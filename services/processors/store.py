@@ -32,12 +32,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from aiokafka import TopicPartition
-
 from schemas import codec
 from schemas.errors import EventDecodeError
 from schemas.events import AttemptHeartbeat, Event, MeterTick
-from services.ledger import Ledger
+from services.ledger import LedgerPort
 from services.ledger.client import heard_at, partition_for
 from services.replay.snapshot import read_snapshot
 
@@ -110,7 +108,7 @@ class JobStore:
     """Job logs by job id plus which partitions have been rebuilt."""
 
     def __init__(
-        self, ledger: Ledger, with_ticks: bool = False, *, from_snapshot: bool = True
+        self, ledger: LedgerPort, with_ticks: bool = False, *, from_snapshot: bool = True
     ) -> None:
         self.ledger = ledger
         self.with_ticks = with_ticks
@@ -202,30 +200,18 @@ class JobStore:
         the broker appended it (None on a topic that keeps the producer's time: a rebuild
         cannot know when an old record was heard).
 
-        Unlike ``Ledger.read_partitions`` this does not dead-letter: the live agent
-        that consumes the record parks it once; a rebuild only skips it. Records whose
-        key ``skip`` accepts are not decoded.
+        This does not dead-letter: the live agent that consumes the record parks it
+        once; a rebuild only skips it. Records whose key ``skip`` accepts are not decoded.
         """
-        tp = TopicPartition(topic, partition)
-        consumer = self.ledger.consumer()
-        await consumer.start()
-        try:
-            consumer.assign([tp])
-            end = (await consumer.end_offsets([tp]))[tp]
-            await consumer.seek_to_beginning(tp)
-            while await consumer.position(tp) < end:
-                batch = await consumer.getmany(tp, timeout_ms=1000, max_records=5000)
-                for raw in batch.get(tp, []):
-                    if raw.offset >= end or raw.value is None or skip(raw.key or b""):
-                        continue
-                    try:
-                        value = codec.decode(raw.value, trusted=True)  # the ledger's own topic
-                    except EventDecodeError:
-                        continue
-                    if isinstance(value, Event):
-                        yield raw.offset, value, heard_at(raw, None)
-        finally:
-            await consumer.stop()
+        async for raw in self.ledger.read_raw(topic, [partition]):
+            if raw.value is None or skip(raw.key or b""):
+                continue
+            try:
+                value = codec.decode(raw.value, trusted=True)  # the ledger's own topic
+            except EventDecodeError:
+                continue
+            if isinstance(value, Event):
+                yield raw.offset, value, heard_at(raw, None)
 
     def forget_partition(self, partition: int) -> None:
         """Called on revoke: rebuild it again if it comes back."""

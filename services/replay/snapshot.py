@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from schemas.views import TERMINAL_STATUSES, AccountingRecord, JobView
-from services.ledger.client import Ledger
+from services.ledger.port import LedgerPort
 
 
 @dataclass
@@ -54,7 +54,7 @@ def is_settled(view: JobView, record: AccountingRecord | None) -> bool:
     )
 
 
-async def read_snapshot(ledger: Ledger, partitions: Iterable[int] | None = None) -> Snapshot:
+async def read_snapshot(ledger: LedgerPort, partitions: Iterable[int] | None = None) -> Snapshot:
     """The latest view and accounting record per job of ``partitions`` (all when None).
 
     The topics are keyed by job id with the job-keyed topics' partition count, so

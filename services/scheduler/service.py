@@ -302,8 +302,8 @@ def _type_name(raw: Any) -> str | None:
     return None
 
 
-def build_scheduler(settings: Settings) -> Scheduler:
-    """Composition root of the scheduler service."""
+def build_scheduler(settings: Settings, *, ledger: Ledger | None = None) -> Scheduler:
+    """Composition root of the scheduler service (on the Kafka ledger unless given one)."""
     config = SchedulerConfig(
         node_timeout_s=settings.scheduler_node_timeout_s,
         dispatch_timeout_s=settings.scheduler_dispatch_timeout_s,
@@ -311,4 +311,4 @@ def build_scheduler(settings: Settings) -> Scheduler:
         producer=f"scheduler/{socket.gethostname()}",
     )
     state = SchedulerState(config, FitChecker())
-    return Scheduler(settings, Ledger(settings, "scheduler"), state)
+    return Scheduler(settings, ledger or Ledger(settings, "scheduler"), state)

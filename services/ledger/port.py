@@ -1,0 +1,220 @@
+"""The ledger as a port: what services and tests may ask of an event ledger.
+
+Builders take a :class:`LedgerPort` (``build_processors(..., ledger=...)``,
+``build_scheduler(..., ledger=...)``, the agent's publisher) and their
+composition roots construct the real one, :class:`services.ledger.Ledger` on
+Kafka. ``tests/fakes/ledger.py`` holds an in-memory one; both pass the same
+contract tests (``tests/ledger/test_contract.py``), so a test that runs on the
+fake runs against the behaviour the real ledger is held to.
+
+What the contract says (and each implementation must keep):
+
+- every value is keyed (``job_id``, or ``node_id`` on node-keyed topics) and
+  lands on the partition the default partitioner picks for its key
+  (:func:`services.ledger.client.partition_for`), so one key's values keep their
+  order;
+- an append returns only once the ledger holds what was appended, and says where
+  each value landed (:class:`Appended`), in the order given;
+- reads decode with the one codec (:mod:`schemas.codec`); a value that does not
+  decode is skipped by readers and parked once on the dead-letter topic by the
+  consumer that owns its processing (:meth:`LedgerPort.decode`).
+
+Only this package (and the processors' faust app) speaks Kafka; a test enforces it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, Self
+
+from pydantic import BaseModel
+
+from schemas.events import Event
+from services.backoff import Outage
+from services.settings import Settings
+
+Keyed = tuple[str, str, BaseModel | None]
+"""(full topic name, key, value): a value whose topic and key are the caller's choice
+(a node command routed by node, a job's view on a compacted topic); None deletes."""
+
+Encoded = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]
+"""(full topic name, key, value, headers) already encoded (the agent's spool, dead letters)."""
+
+
+class RawRecord(Protocol):
+    """A record as a consumer hands it over (aiokafka's ConsumerRecord has these)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+    @property
+    def timestamp(self) -> int:
+        """Milliseconds since the epoch: the broker's append time or the producer's."""
+        ...
+
+    @property
+    def timestamp_type(self) -> int:
+        """1: the broker's append time (``LogAppendTime``); 0: the producer's."""
+        ...
+
+
+@dataclass(frozen=True)
+class Appended:
+    """Where an appended value landed."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class LedgerRecord:
+    """A decoded value and where it came from."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: str
+    value: BaseModel
+    timestamp_ms: int
+    appended_at: datetime | None = None
+    """When the broker appended it, on a topic that records the append time (else None:
+    the timestamp is the producer's clock, which never moves a deadline)."""
+
+    @property
+    def event(self) -> Event:
+        """The value as an event; a view (JobView, AccountingRecord) is not one."""
+        if not isinstance(self.value, Event):
+            raise TypeError(f"record at {self.topic}/{self.partition}@{self.offset} is a view")
+        return self.value
+
+
+class LedgerPort(Protocol):
+    """Append to and read from gridledger's topics; ``await start()`` before use."""
+
+    settings: Settings
+    outage: Outage
+    """The ledger's availability as this process sees it (logged on change only)."""
+
+    async def start(self, *, wait: bool = False) -> Self:
+        """Connect; ``wait=True`` rides out an unavailable ledger with backoff."""
+        ...
+
+    async def stop(self) -> None:
+        """Disconnect; a stopped ledger can be started again."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    def topic_of(self, event: Event) -> str:
+        """The full topic name an event type is appended to."""
+        ...
+
+    async def partitions(self, topic: str) -> int:
+        """How many partitions ``topic`` has; a missing topic raises LedgerError."""
+        ...
+
+    async def end_offsets(
+        self, topic: str, partitions: Iterable[int], timeout_s: float = 2.0
+    ) -> dict[int, int]:
+        """Partition -> the offset its next value will get, asked now (within ``timeout_s``,
+        else BrokerUnavailableError)."""
+        ...
+
+    # ----------------------------------------------------------------------- writes
+
+    async def append(self, event: Event, topic: str | None = None) -> Appended:
+        """Append one event (to ``topic`` instead of its own when given)."""
+        ...
+
+    async def append_many(
+        self, events: Sequence[Event], topic: str | None = None
+    ) -> list[Appended]:
+        """Append events in order per key; where each one landed, in the order given."""
+        ...
+
+    async def append_until_acked(self, events: Sequence[Event]) -> list[Appended]:
+        """:meth:`append_many`, retried with backoff while the ledger is unavailable."""
+        ...
+
+    async def put_many(self, items: Sequence[Keyed]) -> list[Appended]:
+        """Append values with the topic and key each names (see :data:`Keyed`)."""
+        ...
+
+    async def publish(self, topic_suffix: str, key: str, value: BaseModel | None) -> Appended:
+        """Publish a view to a compacted topic (by suffix); None deletes the key's view."""
+        ...
+
+    async def append_encoded(self, items: Sequence[Encoded]) -> list[Appended]:
+        """Append values already encoded; the one append path the others go through."""
+        ...
+
+    async def send_raw(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
+    ) -> Appended:
+        """Append bytes as they are (dead letters, tests of malformed input)."""
+        ...
+
+    # ----------------------------------------------------------------------- reads
+
+    async def dead_letter(self, raw: Any, error: Exception | str, consumer: str) -> Appended:
+        """Park an undecodable consumed record on the dead-letter topic, with its origin."""
+        ...
+
+    async def decode(
+        self, raw: Any, consumer: str, dead_letter: bool = True
+    ) -> LedgerRecord | None:
+        """Decode a consumed record; None for a tombstone or one that does not decode."""
+        ...
+
+    def read_raw(
+        self, topic: str, partitions: Iterable[int] | None = None
+    ) -> AsyncIterator[RawRecord]:
+        """Every stored record of ``topic`` as consumed, undecodable ones included."""
+        ...
+
+    def read_partitions(
+        self,
+        topic: str,
+        partitions: Iterable[int] | None = None,
+        consumer_name: str = "reader",
+        dead_letter: bool = False,
+    ) -> AsyncIterator[LedgerRecord]:
+        """Every decodable value of ``topic`` from its start to its end as of the call."""
+        ...
+
+    async def read_latest(
+        self, topic: str, partitions: Iterable[int] | None = None, consumer_name: str = "reader"
+    ) -> dict[str, LedgerRecord]:
+        """Key -> its latest decodable value on a compacted topic, up to its end now (a
+        tombstone removes the key)."""
+        ...
+
+    async def history(self, key: str, topic_suffix: str = "job-events") -> list[Event]:
+        """One key's events on a topic (by suffix), in order."""
+        ...
+
+    def follow(
+        self,
+        topic_suffix: str,
+        *,
+        key: str | None = None,
+        from_beginning: bool = True,
+        consumer_name: str = "follower",
+        dead_letter: bool = False,
+    ) -> AsyncIterator[LedgerRecord]:
+        """Follow a topic live; with ``key``, only that key's values."""
+        ...

@@ -1,0 +1,335 @@
+"""An in-memory ledger: the port of services/ledger without a broker.
+
+It keeps what the broker would: per (topic, partition) an append-only list of
+encoded records (key, value bytes, headers, offset, append time), partitioned
+like the real ledger (:func:`services.ledger.client.partition_for`) with the
+partition counts of :func:`infra.topics.topic_specs`. Values go through the one
+codec both ways, so a fake run decodes exactly what a real one would.
+``tests/ledger/test_contract.py`` runs the same tests on it and on the real
+ledger against the broker.
+
+Tests drive a worker with it directly: :meth:`FakeLedger.take` hands out unread
+records (as a consumer would, round robin over partitions, in order within
+one), and :meth:`FakeLedger.values` lists what a key holds on a topic.
+:attr:`FakeLedger.down` makes every append fail as an unreachable broker does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Self
+
+from pydantic import BaseModel
+
+from infra.topics import BROKER_TIMED, topic_specs
+from schemas import codec
+from schemas.errors import EventDecodeError, LedgerError
+from schemas.events import Event
+from services.backoff import outage_of, retrying
+from services.ledger.client import (
+    DLQ_CONSUMER,
+    DLQ_ERROR,
+    DLQ_SOURCE_OFFSET,
+    DLQ_SOURCE_PARTITION,
+    DLQ_SOURCE_TOPIC,
+    LOG_APPEND_TIME,
+    heard_at,
+    partition_for,
+)
+from services.ledger.errors import BrokerUnavailableError, broker_unavailable
+from services.ledger.port import Appended, Encoded, Keyed, LedgerRecord
+from services.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CREATE_TIME = 0
+"""Kafka's timestamp type of a record stamped by its producer."""
+
+
+@dataclass(frozen=True)
+class FakeRecord:
+    """A stored record, shaped like the consumer's (what Step and decode read of it)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp: int
+    """Milliseconds since the epoch, as aiokafka's ConsumerRecord has it."""
+    timestamp_type: int
+
+
+@dataclass
+class FakeLedger:
+    """The ledger port in memory; one per test (or share one between fake services)."""
+
+    settings: Settings
+    name: str = "fake"
+    logs: dict[tuple[str, int], list[FakeRecord]] = field(default_factory=dict)
+    down: bool = False
+    """True: appends and probes fail with BrokerUnavailableError, as with the broker away."""
+    refused: int = 0
+    """Appends refused so far (see :meth:`refuse`)."""
+    read: dict[tuple[str, int], int] = field(default_factory=dict)
+    """(topic, partition) -> next offset :meth:`take` hands out."""
+
+    def __post_init__(self) -> None:
+        # Named as the real ledger's: a service logs the same outage lines on either.
+        self.outage = outage_of(f"Kafka at {self.settings.kafka_bootstrap}")
+        self._refusal: Exception | None = None
+        self._refusals_left: int | None = None
+        self._partitions = {spec.name: spec.partitions for spec in topic_specs(self.settings)}
+        self._appended = asyncio.Event()
+        self._started = False
+        self._broker_timed = {self.settings.topic(s) for s in BROKER_TIMED}
+
+    def refuse(self, error: Exception | None = None, times: int | None = None) -> None:
+        """The next ``times`` appends (all of them when None) raise ``error``, by default
+        the BrokerUnavailableError of a broker that is away; nothing of them is kept."""
+        self._refusal = error or BrokerUnavailableError(
+            f"the broker did not acknowledge the append: KafkaConnectionError: "
+            f"Unable to connect to {self.settings.kafka_bootstrap} (FakeLedger.refuse)"
+        )
+        self._refusals_left = times
+
+    async def start(self, *, wait: bool = False) -> Self:
+        self._started = True
+        return self
+
+    async def stop(self) -> None:
+        self._started = False
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def topic_of(self, event: Event) -> str:
+        return self.settings.topic(type(event).TOPIC)
+
+    async def partitions(self, topic: str) -> int:
+        if topic not in self._partitions:
+            raise LedgerError(f"topic {topic} does not exist: run `gridledger dev up`")
+        return self._partitions[topic]
+
+    async def end_offsets(
+        self, topic: str, partitions: Iterable[int], timeout_s: float = 2.0
+    ) -> dict[int, int]:
+        if self.down:
+            raise BrokerUnavailableError("the fake broker is down (FakeLedger.down)")
+        await self.partitions(topic)
+        return {p: len(self.logs.get((topic, p), [])) for p in partitions}
+
+    # ----------------------------------------------------------------------- writes
+
+    async def append(self, event: Event, topic: str | None = None) -> Appended:
+        return (await self.append_many([event], topic=topic))[0]
+
+    async def append_many(
+        self, events: Sequence[Event], topic: str | None = None
+    ) -> list[Appended]:
+        return await self.put_many([(topic or self.topic_of(e), e.key, e) for e in events])
+
+    async def append_until_acked(self, events: Sequence[Event]) -> list[Appended]:
+        return await retrying(
+            lambda: self.append_many(events),
+            outage=self.outage,
+            transient=broker_unavailable,
+            backoff=self.settings.reconnect_backoff(),
+        )
+
+    async def put_many(self, items: Sequence[Keyed]) -> list[Appended]:
+        return await self.append_encoded(
+            [
+                (
+                    topic,
+                    key.encode() if key else None,
+                    None if value is None else codec.encode(value),
+                    [] if value is None else codec.headers(value),
+                )
+                for topic, key, value in items
+            ]
+        )
+
+    async def publish(self, topic_suffix: str, key: str, value: BaseModel | None) -> Appended:
+        return (await self.put_many([(self.settings.topic(topic_suffix), key, value)]))[0]
+
+    async def send_raw(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
+    ) -> Appended:
+        return (await self.append_encoded([(topic, key, value, headers)]))[0]
+
+    async def append_encoded(self, items: Sequence[Encoded]) -> list[Appended]:
+        if not self._started:
+            raise LedgerError("ledger not started: call `await ledger.start()` first")
+        if self.down:
+            raise BrokerUnavailableError("the fake broker is down (FakeLedger.down)")
+        if self._refusal is not None:
+            error = self._refusal
+            if self._refusals_left is not None:
+                self._refusals_left -= 1
+                if self._refusals_left <= 0:
+                    self._refusal = None
+            self.refused += 1
+            raise error
+        # Check every topic first: like a rejected produce request, nothing is appended.
+        counts = [await self.partitions(topic) for topic, *_ in items]
+        now_ms = int(datetime.now(UTC).timestamp() * 1000)
+        appended = []
+        for (topic, key, value, headers), count in zip(items, counts, strict=True):
+            partition = partition_for(key.decode() if key else "", count)
+            log_ = self.logs.setdefault((topic, partition), [])
+            stamp_type = LOG_APPEND_TIME if topic in self._broker_timed else CREATE_TIME
+            log_.append(
+                FakeRecord(
+                    topic, partition, len(log_), key, value, list(headers), now_ms, stamp_type
+                )
+            )
+            appended.append(Appended(topic, partition, len(log_) - 1))
+        self.outage.up()
+        self._appended.set()
+        self._appended = asyncio.Event()
+        return appended
+
+    # ----------------------------------------------------------------------- reads
+
+    async def dead_letter(self, raw: Any, error: Exception | str, consumer: str) -> Appended:
+        hdrs = [
+            (DLQ_SOURCE_TOPIC, raw.topic.encode()),
+            (DLQ_SOURCE_PARTITION, str(raw.partition).encode()),
+            (DLQ_SOURCE_OFFSET, str(raw.offset).encode()),
+            (DLQ_ERROR, str(error).encode()[:4000]),
+            (DLQ_CONSUMER, consumer.encode()),
+        ]
+        return await self.send_raw(self.settings.topic("dead-letter"), raw.key, raw.value, hdrs)
+
+    async def decode(
+        self, raw: Any, consumer: str, dead_letter: bool = True
+    ) -> LedgerRecord | None:
+        if raw.value is None:
+            return None
+        try:
+            value = codec.decode(raw.value)
+        except EventDecodeError as exc:
+            if dead_letter:
+                await self.dead_letter(raw, exc, consumer)
+            else:
+                log.warning(
+                    "%s skips undecodable %s/%s@%s", consumer, raw.topic, raw.partition, raw.offset
+                )
+            return None
+        return LedgerRecord(
+            raw.topic,
+            raw.partition,
+            raw.offset,
+            raw.key.decode() if raw.key else "",
+            value,
+            raw.timestamp,
+            heard_at(raw, None),
+        )
+
+    async def read_raw(
+        self, topic: str, partitions: Iterable[int] | None = None
+    ) -> AsyncIterator[FakeRecord]:
+        count = await self.partitions(topic)
+        for partition in partitions or range(count):
+            for raw in list(self.logs.get((topic, partition), [])):
+                yield raw
+
+    async def read_partitions(
+        self,
+        topic: str,
+        partitions: Iterable[int] | None = None,
+        consumer_name: str = "reader",
+        dead_letter: bool = False,
+    ) -> AsyncIterator[LedgerRecord]:
+        async for raw in self.read_raw(topic, partitions):
+            record = await self.decode(raw, consumer_name, dead_letter)
+            if record is not None:
+                yield record
+
+    async def read_latest(
+        self, topic: str, partitions: Iterable[int] | None = None, consumer_name: str = "reader"
+    ) -> dict[str, LedgerRecord]:
+        latest: dict[bytes, FakeRecord] = {}
+        async for raw in self.read_raw(topic, partitions):
+            if raw.value is None:
+                latest.pop(raw.key or b"", None)
+            else:
+                latest[raw.key or b""] = raw
+        out = {}
+        for raw in latest.values():
+            record = await self.decode(raw, consumer_name, dead_letter=False)
+            if record is not None:
+                out[record.key] = record
+        return out
+
+    async def history(self, key: str, topic_suffix: str = "job-events") -> list[Event]:
+        topic = self.settings.topic(topic_suffix)
+        partition = partition_for(key, await self.partitions(topic))
+        return [
+            record.event
+            async for record in self.read_partitions(topic, [partition], "history")
+            if record.key == key and isinstance(record.value, Event)
+        ]
+
+    async def follow(
+        self,
+        topic_suffix: str,
+        *,
+        key: str | None = None,
+        from_beginning: bool = True,
+        consumer_name: str = "follower",
+        dead_letter: bool = False,
+    ) -> AsyncIterator[LedgerRecord]:
+        topic = self.settings.topic(topic_suffix)
+        count = await self.partitions(topic)
+        parts = [partition_for(key, count)] if key is not None else list(range(count))
+        at = {p: 0 if from_beginning else len(self.logs.get((topic, p), [])) for p in parts}
+        while True:
+            appended = self._appended
+            for p in parts:
+                stored = self.logs.get((topic, p), [])
+                for raw in stored[at[p] :]:
+                    if key is None or raw.key == key.encode():
+                        record = await self.decode(raw, consumer_name, dead_letter)
+                        if record is not None:
+                            yield record
+                at[p] = len(stored)
+            await appended.wait()
+
+    # ----------------------------------------------------------------------- for tests
+
+    def take(self, topics: Iterable[str], most: int) -> list[FakeRecord]:
+        """Up to ``most`` unread records of ``topics`` (full names), round robin over
+        partitions and in order within each, as one consumer poll would hand them out."""
+        wanted = set(topics)
+        out: list[FakeRecord] = []
+        while len(out) < most:
+            before = len(out)
+            for where, stored in sorted(self.logs.items()):
+                at = self.read.get(where, 0)
+                if where[0] in wanted and at < len(stored) and len(out) < most:
+                    out.append(stored[at])
+                    self.read[where] = at + 1
+            if len(out) == before:
+                break
+        return out
+
+    def values(self, topic: str, key: str) -> list[Any]:
+        """The decodable values ``key`` holds on ``topic`` (a full name), in log order."""
+        partition = partition_for(key, self._partitions[topic])
+        out = []
+        for raw in self.logs.get((topic, partition), []):
+            if raw.key == key.encode() and raw.value is not None:
+                with contextlib.suppress(EventDecodeError):
+                    out.append(codec.decode(raw.value))
+        return out

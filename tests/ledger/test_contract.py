@@ -1,0 +1,221 @@
+"""The ledger port's contract, held by the Kafka ledger (real broker) and the FakeLedger alike.
+
+Every test runs twice: on ``services.ledger.Ledger`` against the local broker
+(fresh topics per test) and on ``tests.fakes.ledger.FakeLedger``. A test that
+uses the fake can then trust it behaves as the ledger does in what these cover:
+where a value lands, its order, what reads return, dead-lettering, the broker's
+append time, and the error for a topic that does not exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from infra.topics import delete_topics, ensure_topics
+from projections.job_state import project
+from schemas.errors import LedgerError
+from schemas.events import (
+    EVENT_TYPES,
+    AttemptScheduled,
+    JobQueued,
+    JobSucceeded,
+    LogChunk,
+    NodeEvent,
+)
+from schemas.views import JobView
+from services.ledger import Ledger, LedgerPort, partition_for
+from services.ledger.client import DLQ_CONSUMER, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
+from services.settings import Settings
+from tests.conftest import require_stack
+from tests.fakes.ledger import FakeLedger
+from tests.schemas.samples import T0, sample
+
+
+@pytest_asyncio.fixture(
+    params=[pytest.param("kafka", marks=pytest.mark.integration), pytest.param("fake")]
+)
+async def ledger(request: pytest.FixtureRequest, settings: Settings) -> AsyncIterator[LedgerPort]:
+    """A started ledger of each kind, on topics no other test sees (created and deleted
+    on the broker as the ``topics`` fixture does)."""
+    isolated = settings.model_copy(update={"topic_prefix": f"t-{uuid.uuid4().hex[:8]}."})
+    if request.param == "fake":
+        async with FakeLedger(isolated) as fake:
+            yield fake
+        return
+    require_stack(settings)
+    await ensure_topics(isolated)
+    try:
+        async with Ledger(isolated, "contract") as real:
+            yield real
+    finally:
+        await delete_topics(isolated)
+
+
+async def every(ledger: LedgerPort, suffix: str) -> list[Any]:
+    """Every decodable value of a topic (by suffix), partition by partition."""
+    return [r async for r in ledger.read_partitions(ledger.settings.topic(suffix))]
+
+
+def queued(job_id: str, attempt: int, **fields: Any) -> JobQueued:
+    return JobQueued(
+        job_id=job_id,
+        attempt=attempt,
+        occurred_at=T0,
+        queue_deadline=T0 + timedelta(seconds=60),
+        **fields,
+    )
+
+
+async def test_each_value_lands_on_its_keys_partition_in_the_order_given(ledger):
+    events = [queued(f"job-{i % 5}", i // 5) for i in range(40)]
+    appended = await ledger.append_many(events)
+    topic = ledger.settings.topic("job-events")
+    count = await ledger.partitions(topic)
+    assert len(appended) == len(events)
+    last: dict[int, int] = {}
+    for event, where in zip(events, appended, strict=True):
+        assert (where.topic, where.partition) == (topic, partition_for(event.key, count))
+        assert where.offset > last.get(where.partition, -1), "offsets grow in the order given"
+        last[where.partition] = where.offset
+    for job in ("job-0", "job-3"):
+        assert await ledger.history(job) == [e for e in events if e.job_id == job]
+
+
+async def test_every_event_type_goes_to_its_own_topic_and_reads_back_equal(ledger):
+    events = [sample(cls) for cls in EVENT_TYPES.values()]
+    appended = await ledger.append_many(events)
+    assert [a.topic for a in appended] == [ledger.topic_of(e) for e in events]
+    read_back = []
+    for suffix in ("job-events", "heartbeats", "log-chunks", "meter-ticks"):
+        read_back += await ledger.history("job-1", suffix)
+    read_back += [r.event for r in await every(ledger, "node-events")]
+    by_id = {e.event_id: e for e in read_back}
+    for event in events:
+        assert by_id.get(event.event_id) == event, f"{event.type} did not come back equal"
+    nodes = [a for a, e in zip(appended, events, strict=True) if isinstance(e, NodeEvent)]
+    assert {a.topic for a in nodes} == {ledger.settings.topic("node-events")}
+
+
+async def test_appending_nothing_appends_nothing(ledger):
+    assert await ledger.append_many([]) == []
+    assert await ledger.put_many([]) == []
+    assert await every(ledger, "job-events") == []
+
+
+async def test_put_many_routes_by_the_topic_and_key_it_is_given(ledger):
+    """A node command goes to the node's key; a view to its compacted topic; None deletes."""
+    scheduled = sample(AttemptScheduled).model_copy(update={"node_id": "node-7"})
+    view = project([queued("job-v", 0)])
+    commands, state = ledger.settings.topic("node-commands"), ledger.settings.topic("job-state")
+    appended = await ledger.put_many(
+        [(commands, "node-7", scheduled), (state, "job-v", view), (state, "job-v", None)]
+    )
+    assert [a.topic for a in appended] == [commands, state, state]
+    assert appended[0].partition == partition_for("node-7", await ledger.partitions(commands))
+    assert appended[1].partition == appended[2].partition
+    assert appended[2].offset == appended[1].offset + 1
+    (command,) = await every(ledger, "node-commands")
+    assert (command.key, command.value) == ("node-7", scheduled)
+    (read,) = await every(ledger, "job-state")  # the tombstone is not a value
+    assert isinstance(read.value, JobView) and read.value == view
+    published = await ledger.publish("job-state", "job-w", view)
+    assert published.topic == state
+
+
+async def test_read_latest_gives_each_keys_last_view_and_forgets_a_deleted_key(ledger):
+    state = ledger.settings.topic("job-state")
+    first, second = project([queued("job-a", 0)]), project([queued("job-a", 1)])
+    other = project([queued("job-b", 0)])
+    await ledger.put_many(
+        [
+            (state, "job-a", first),
+            (state, "job-b", other),
+            (state, "job-a", second),
+            (state, "job-c", other),
+            (state, "job-c", None),
+        ]
+    )
+    latest = await ledger.read_latest(state)
+    assert {key: record.value for key, record in latest.items()} == {
+        "job-a": second,
+        "job-b": other,
+    }
+
+
+async def test_a_topic_that_does_not_exist_is_an_error_that_says_how_to_create_it(ledger):
+    missing = f"{ledger.settings.topic_prefix}no-such-topic"
+    with pytest.raises(LedgerError, match="does not exist: run `gridledger dev up`"):
+        await ledger.append(queued("job-x", 0), topic=missing)
+    assert await ledger.history("job-x") == [], "nothing of a failed append is kept"
+
+
+async def test_an_undecodable_value_is_parked_once_by_its_owner_and_skipped_by_readers(ledger):
+    topic = ledger.settings.topic("job-events")
+    before = await ledger.append(JobSucceeded(job_id="job-x", attempt=1, occurred_at=T0))
+    bad = await ledger.send_raw(topic, b"job-x", b"\xc3\x01 not an event at all", [])
+    after = await ledger.append(JobSucceeded(job_id="job-x", attempt=2, occurred_at=T0))
+    assert before.partition == bad.partition == after.partition
+
+    owned = ledger.read_partitions(topic, [bad.partition], "contract-owner", dead_letter=True)
+    assert [r.event.attempt async for r in owned] == [1, 2]
+    # Readers that only look skip it without parking it again.
+    assert [e.attempt for e in await ledger.history("job-x")] == [1, 2]
+
+    (parked,) = await raw_values(ledger, ledger.settings.topic("dead-letter"))
+    headers = dict(parked.headers)
+    assert parked.value == b"\xc3\x01 not an event at all" and parked.key == b"job-x"
+    assert headers[DLQ_SOURCE_TOPIC].decode() == topic
+    assert int(headers[DLQ_SOURCE_OFFSET]) == bad.offset
+    assert headers[DLQ_CONSUMER] == b"contract-owner"
+
+
+async def test_broker_timed_topics_say_when_the_ledger_heard_a_value(ledger):
+    """job-events carry the broker's append time (the watchdog's clock); log-chunks the
+    producer's, which must never pass for when the platform heard it."""
+    start = datetime.now(UTC) - timedelta(seconds=5)
+    await ledger.append(queued("job-t", 0))
+    await ledger.append(sample(LogChunk).model_copy(update={"job_id": "job-t"}))
+    (timed,) = await every(ledger, "job-events")
+    (chunk,) = await every(ledger, "log-chunks")
+    assert timed.appended_at is not None
+    assert start <= timed.appended_at <= datetime.now(UTC) + timedelta(seconds=5)
+    assert chunk.appended_at is None
+
+
+async def test_follow_sees_later_values_of_its_key_only(ledger):
+    seen: list[int] = []
+
+    async def follow() -> None:
+        async for record in ledger.follow("job-events", key="job-f"):
+            seen.append(record.event.attempt)
+            if len(seen) == 3:
+                return
+
+    task = asyncio.create_task(follow())
+    for i in range(3):
+        await ledger.append(JobSucceeded(job_id="job-f", attempt=i, occurred_at=T0))
+        await ledger.append(JobSucceeded(job_id="job-other", attempt=i, occurred_at=T0))
+    await asyncio.wait_for(task, 30)
+    assert seen == [0, 1, 2]
+
+
+async def test_append_until_acked_appends_like_append_many(ledger):
+    events = [queued("job-u", i) for i in range(3)]
+    appended = await ledger.append_until_acked(events)
+    assert [a.offset for a in appended] == sorted(a.offset for a in appended)
+    assert await ledger.history("job-u") == events
+
+
+# ----------------------------------------------------------------------- helpers
+
+
+async def raw_values(ledger: LedgerPort, topic: str) -> list[Any]:
+    """Every record of a topic as stored, undecodable ones included."""
+    return [r async for r in ledger.read_raw(topic)]
