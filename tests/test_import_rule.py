@@ -159,3 +159,56 @@ def test_the_scan_catches_what_it_should(tmp_path: Path) -> None:
     assert any("datetime.now" in p for p in problems)
     assert any("time.time" in p for p in problems)
     assert any("uuid.uuid4" in p for p in problems)
+
+
+# The Kafka client is the ledger's business (services/ledger) and the faust app's
+# (services/processors/app.py, which faust itself builds on aiokafka). Everything else
+# in services/ takes a ledger and asks it. services/client is the exception by design:
+# the subscriber library other teams' services install and use against an installation
+# they do not run, so it depends on the schemas and the Kafka client only, not on the
+# platform's settings, ledger or metrics.
+KAFKA_CLIENTS = ("aiokafka", "faust", "kafka")
+KAFKA_ALLOWED = ("services/ledger/", "services/processors/app.py", "services/client/")
+
+
+def _kafka_imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [
+            f"{path.name}:{node.lineno} imports {name}"
+            for name in names
+            if name.split(".")[0] in KAFKA_CLIENTS
+        ]
+    return found
+
+
+def test_only_the_ledger_and_the_faust_app_import_the_kafka_client() -> None:
+    files = sorted((ROOT / "services").glob("**/*.py"))
+    assert files
+    outside = [
+        f"{path.parent.relative_to(ROOT)}/{found}"
+        for path in files
+        if not str(path.relative_to(ROOT)).startswith(KAFKA_ALLOWED)
+        for found in _kafka_imports(path)
+    ]
+    assert outside == [], (
+        "only services/ledger and services/processors/app.py may import the Kafka client; "
+        f"take a ledger (services.ledger.LedgerPort) instead: {outside}"
+    )
+
+
+def test_the_kafka_scan_sees_every_form_of_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import aiokafka\nfrom aiokafka.errors import KafkaError\nimport faust.types\n"
+        "from services.ledger import TopicPartition\n"
+    )
+    found = _kafka_imports(probe)
+    assert [f.rsplit(" ", 1)[1] for f in found] == ["aiokafka", "aiokafka.errors", "faust.types"]
+    assert _kafka_imports(ROOT / "services/ledger/client.py"), "the ledger itself imports it"

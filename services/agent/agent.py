@@ -22,10 +22,6 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError
-
-from schemas.errors import LedgerError
 from schemas.events import (
     AttemptScheduled,
     CancelRequested,
@@ -38,8 +34,8 @@ from services.agent.context import AgentContext, GpuPool
 from services.agent.inventory import host_memory_mb
 from services.agent.journal import AttemptRecord, attempt_key
 from services.agent.logs import LogState
-from services.ledger import Ledger
-from services.ledger.client import partition_for
+from services.ledger import Ledger, TopicPartition
+from services.ledger.client import CONSUMER_OUTAGE_ERRORS, partition_for
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +308,7 @@ class Agent:
                         await consumer.commit({tp: raw.offset + 1})
             except asyncio.CancelledError:
                 raise
-            except (KafkaError, LedgerError, OSError) as exc:
+            except CONSUMER_OUTAGE_ERRORS as exc:
                 if self._stopping:
                     return
                 ledger.outage.down(f"node-commands consumer: {type(exc).__name__}: {exc}")

@@ -34,7 +34,6 @@ from typing import Any
 
 import aiohttp
 import asyncpg
-from aiokafka import TopicPartition
 
 from infra import kafka, postgres, processes, stack, tokens
 from infra.private import link_jars, new_home, private_settings
@@ -49,7 +48,7 @@ from services.chaos.netns import Namespace, serve_forward
 from services.chaos.netns import available as netns_available
 from services.chaos.procs import Services
 from services.chaos.workload import DOCKER_MODEL, SIM_MODEL, Planned, Workload, plan
-from services.ledger import Ledger
+from services.ledger import Ledger, TopicPartition
 from services.settings import Settings
 from services.sink.consumer import CONSUMER_NAME
 

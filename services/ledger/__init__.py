@@ -1,8 +1,13 @@
 """The ledger: append events to Kafka, read a job's history, subscribe, dead-letter.
 
 :class:`LedgerPort` is what services take; :class:`Ledger` is the Kafka one their
-composition roots build (see :mod:`services.ledger.port`).
+composition roots build (see :mod:`services.ledger.port`). Only this package (and
+the processors' faust app) imports the Kafka client; a service that consumes live
+takes its consumer from :meth:`Ledger.consumer` and names partitions with
+:class:`TopicPartition` from here.
 """
+
+from aiokafka import TopicPartition
 
 from services.ledger.client import Ledger, partition_for
 from services.ledger.errors import BrokerUnavailableError, LedgerRefusedError, broker_unavailable
@@ -15,6 +20,7 @@ __all__ = [
     "LedgerPort",
     "LedgerRecord",
     "LedgerRefusedError",
+    "TopicPartition",
     "broker_unavailable",
     "partition_for",
 ]

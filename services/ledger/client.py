@@ -55,6 +55,12 @@ DLQ_ERROR = "gridledger-error"
 DLQ_CONSUMER = "gridledger-consumer"
 
 
+CONSUMER_OUTAGE_ERRORS: tuple[type[Exception], ...] = (KafkaError, LedgerError, OSError)
+"""What a consumer loop outside this package rides out by reconnecting (the agent's
+commands reader): the Kafka client's errors, the ledger's, the socket's. Appends and
+reads in this package wrap the client's into :class:`BrokerUnavailableError`."""
+
+
 LOG_APPEND_TIME = 1
 """Kafka's timestamp type of a record stamped by the broker on append."""
 

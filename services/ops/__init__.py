@@ -1,7 +1,8 @@
 """Operating the services: health, readiness, metrics, structured logs and the supervisor.
 
-- :mod:`.checks` — dependency checks (broker metadata, Postgres, Docker, consumer
-  membership and lag), each answering ok or not with a detail a person can act on.
+- :mod:`.checks` — dependency checks (Postgres, Docker, consumer membership and
+  lag; the broker's is :mod:`services.ledger.health`), each answering ok or not
+  with a detail a person can act on.
 - :mod:`.server` — the small ops HTTP server every service runs on its own port:
   ``/healthz`` (the process is alive), ``/readyz`` (its checks, 200 or 503),
   ``/metrics`` (Prometheus text).

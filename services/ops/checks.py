@@ -6,9 +6,9 @@ concurrently, each under a timeout, and turns an exception or a timeout into a
 failed result that names the check and the error. A check never hides a
 failure: ``ok`` is false whenever the dependency did not answer as it should.
 
-- :class:`KafkaCheck` — cluster metadata fetched from a broker over a client of
-  its own (not the service's producer, whose cached metadata would answer even
-  with the broker gone), and the topics the service needs present.
+- :class:`services.ledger.health.KafkaCheck` — cluster metadata fetched from a
+  broker over a client of its own (it lives with the ledger: only services/ledger
+  speaks Kafka), and the topics the service needs present.
 - :class:`PostgresCheck` — ``SELECT 1`` over the service's pool, or over a fresh
   connection when it has none.
 - :class:`DockerCheck` — the Docker daemon's ``/_ping``.
@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import asyncpg
-from aiokafka import AIOKafkaClient
 
 from services.ops import metrics
 
@@ -110,52 +109,6 @@ async def close_checks(checks: Iterable[Check]) -> None:
         close = getattr(check, "close", None)
         if close is not None:
             await close()
-
-
-class KafkaCheck:
-    """Broker metadata fetched now, and the service's topics present in it."""
-
-    name = "kafka"
-
-    def __init__(self, bootstrap: str, topics: Sequence[str] = ()) -> None:
-        self.bootstrap = bootstrap
-        self.topics = tuple(topics)
-        self._client: AIOKafkaClient | None = None
-
-    async def probe(self) -> CheckResult:
-        if self._client is None:
-            client = AIOKafkaClient(
-                bootstrap_servers=self.bootstrap,
-                client_id="gridledger-ops",
-                request_timeout_ms=int(DEFAULT_TIMEOUT_S * 1000),
-            )
-            try:
-                await client.bootstrap()  # fetches the metadata from a bootstrap broker
-            except BaseException:
-                await client.close()
-                raise
-            self._client = client
-        cluster = await self._client.fetch_all_metadata()
-        brokers = cluster.brokers()
-        present = cluster.topics()
-        missing = [t for t in self.topics if t not in present]
-        data = {"brokers": len(brokers), "bootstrap": self.bootstrap}
-        if missing:
-            return CheckResult(
-                self.name,
-                False,
-                f"{len(brokers)} broker(s) answer but topics {', '.join(missing)} are missing; "
-                "create them with `gridledger dev up`",
-                data,
-            )
-        return CheckResult(
-            self.name, True, f"{len(brokers)} broker(s), {len(self.topics)} topic(s) present", data
-        )
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
 
 
 class PostgresCheck:

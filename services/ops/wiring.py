@@ -10,15 +10,14 @@ says what the service really sees.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Iterable
 from typing import Any
 
+from services.ledger.health import KafkaCheck
 from services.ops import metrics
 from services.ops.checks import (
     Check,
     DockerCheck,
-    KafkaCheck,
     LagCheck,
     Optional,
     PostgresCheck,
@@ -29,9 +28,6 @@ from services.ops.server import OpsEndpoints
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
-
-_SENSORED: weakref.WeakSet[Any] = weakref.WeakSet()
-"""faust apps whose sensor is installed: a second install would register its metrics twice."""
 
 
 def kafka_check(settings: Settings, topics: Iterable[str]) -> KafkaCheck:
@@ -128,7 +124,7 @@ def scheduler_endpoints(settings: Settings, scheduler: Any) -> OpsEndpoints:
 
 def processors_endpoints(settings: Settings, processors: Any) -> OpsEndpoints:
     """Processors: broker, worker not crashed, group joined, lag; plus faust's own sensor."""
-    from services.processors.app import topics_for
+    from services.processors.app import install_faust_sensor, topics_for
 
     app = processors.app
     install_faust_sensor(app)
@@ -167,30 +163,6 @@ def processors_endpoints(settings: Settings, processors: Any) -> OpsEndpoints:
         lag,
     ]
     return OpsEndpoints("processors", checks, [_probe_hook(lag)])
-
-
-def install_faust_sensor(app: Any) -> bool:
-    """faust's Prometheus sensor, recording into gridledger's registry.
-
-    ``setup_prometheus_sensors`` also registers a ``/metrics`` page on faust's own
-    web server, which the processors leave off (``web_enabled=False``): the
-    registry is served by the ops server instead. Metric names start ``faust_``.
-    """
-    try:
-        from faust.sensors.prometheus import setup_prometheus_sensors
-    except ImportError as exc:  # pragma: no cover - part of faust-streaming
-        log.warning("faust's Prometheus sensor is unavailable: %s", exc)
-        return False
-    if app in _SENSORED:
-        return True
-    try:
-        setup_prometheus_sensors(app, registry=metrics.REGISTRY, name_prefix="faust")
-    except ValueError as exc:
-        # A second worker in one process (tests) would register the same names twice.
-        log.info("faust sensor already registered in this process: %s", exc)
-        return False
-    _SENSORED.add(app)
-    return True
 
 
 # --------------------------------------------------------------------------- agent

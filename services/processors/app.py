@@ -31,6 +31,7 @@ import asyncio
 import logging
 import re
 import socket
+import weakref
 from collections import deque
 from collections.abc import Iterable
 from datetime import datetime
@@ -42,6 +43,7 @@ from schemas.events import Event
 from services.clock import utcnow
 from services.ledger import Ledger, LedgerPort
 from services.ledger.client import BrokerUnavailableError, broker_unavailable, partition_for
+from services.ops import metrics
 from services.ops.logs import event_context
 from services.processors import watchdog
 from services.processors.step import Batch, Step
@@ -372,3 +374,31 @@ def build_processors(
         only if only is not None else PROCESSORS,
         app_id,
     )
+
+
+_SENSORED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""faust apps whose sensor is installed: a second install would register its metrics twice."""
+
+
+def install_faust_sensor(app: Any) -> bool:
+    """faust's Prometheus sensor, recording into gridledger's registry.
+
+    ``setup_prometheus_sensors`` also registers a ``/metrics`` page on faust's own
+    web server, which the processors leave off (``web_enabled=False``): the
+    registry is served by the ops server instead. Metric names start ``faust_``.
+    """
+    try:
+        from faust.sensors.prometheus import setup_prometheus_sensors
+    except ImportError as exc:  # pragma: no cover - part of faust-streaming
+        log.warning("faust's Prometheus sensor is unavailable: %s", exc)
+        return False
+    if app in _SENSORED:
+        return True
+    try:
+        setup_prometheus_sensors(app, registry=metrics.REGISTRY, name_prefix="faust")
+    except ValueError as exc:
+        # A second worker in one process (tests) would register the same names twice.
+        log.info("faust sensor already registered in this process: %s", exc)
+        return False
+    _SENSORED.add(app)
+    return True

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-from aiokafka import TopicPartition
 
+from services.ledger import TopicPartition
 from services.ledger.client import Ledger, LedgerRecord
 from services.replay.compare import COMPARED_TABLES, RowDifference, compare_table
 from services.replay.decisions import DecisionDrift

@@ -26,13 +26,11 @@ import time
 from collections import Counter
 from typing import Any
 
-from aiokafka import TopicPartition
-
 from schemas import codec
 from schemas.events import Event, JobRejected, NoCapacity
 from services.backoff import retrying
 from services.clock import utcnow
-from services.ledger import Ledger
+from services.ledger import Ledger, TopicPartition
 from services.ledger.client import broker_unavailable, heard_at
 from services.ops import metrics
 from services.ops.logs import attach_context, event_context

@@ -21,8 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import TopicPartition
-
 from schemas import codec
 from schemas.events import (
     AttemptCancelled,
@@ -34,7 +32,7 @@ from schemas.events import (
 )
 from schemas.types import GpuDevice
 from services.clock import utcnow
-from services.ledger import Ledger
+from services.ledger import Ledger, TopicPartition
 from services.simulator.facts import AttemptFacts, Outcome
 from services.simulator.mix import JobMix
 

@@ -14,12 +14,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from aiokafka import TopicPartition
-
 from bench.common import summary
 from schemas.events import TERMINAL_EVENTS, FailureClassified, JobSubmitted
 from schemas.spec import JobSpec
-from services.ledger import Ledger
+from services.ledger import Ledger, TopicPartition
 from services.settings import Settings
 from services.simulator.fleet import SimFleet
 from services.simulator.mix import JobMix

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-from aiokafka import TopicPartition
 
 from services.backoff import outage_of, wait_event
 from services.gc_tuning import tuned_gc
+from services.ledger import TopicPartition
 from services.ledger.client import Ledger, LedgerRecord, broker_unavailable
 from services.ops.server import ops_server
 from services.ops.wiring import sink_endpoints

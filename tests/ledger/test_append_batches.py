@@ -6,7 +6,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from aiokafka import TopicPartition
 
 from schemas import codec
 from schemas.events import Event, JobQueued
@@ -19,21 +18,7 @@ pytestmark = pytest.mark.integration
 
 async def raw_records(ledger: Ledger, suffix: str) -> list[Any]:
     """Every record of the topic as the consumer hands it over (bytes and headers)."""
-    topic = ledger.settings.topic(suffix)
-    tps = [TopicPartition(topic, p) for p in range(await ledger.partitions(topic))]
-    consumer = ledger.consumer()
-    await consumer.start()
-    try:
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        await consumer.seek_to_beginning(*tps)
-        out: list[Any] = []
-        while len(out) < sum(ends.values()):
-            for raws in (await consumer.getmany(timeout_ms=500)).values():
-                out.extend(raws)
-        return out
-    finally:
-        await consumer.stop()
+    return [raw async for raw in ledger.read_raw(ledger.settings.topic(suffix))]
 
 
 async def test_appends_land_where_they_say_in_order_with_the_codecs_bytes(topics):

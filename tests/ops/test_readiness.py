@@ -15,10 +15,10 @@ from aiokafka import TopicPartition
 
 from services.ledger import Ledger
 from services.ledger.client import partition_for
+from services.ledger.health import KafkaCheck
 from services.ops.checks import (
     Check,
     DockerCheck,
-    KafkaCheck,
     LagCheck,
     Optional,
     PostgresCheck,
