@@ -610,6 +610,16 @@ def fact_key(cls: type[Event], fields: dict[str, Any], revision: object = None) 
 
 
 AnyEvent = TypeVar("AnyEvent", bound=Event)
+AnyNodeEvent = TypeVar("AnyNodeEvent", bound=NodeEvent)
+
+
+def node_fact(
+    cls: type[AnyNodeEvent], node_id: str, at: datetime, /, **fields: Any
+) -> AnyNodeEvent:
+    """A fact the agent on ``node_id`` reports about the node itself (registration,
+    heartbeat, drain), occurring ``at``: the agent, the fleet simulator and the test
+    node build them here alike. Caused by nothing, so its id is new."""
+    return cls(node_id=node_id, occurred_at=at, producer=agent_producer(node_id), **fields)
 
 
 def agent_fact(

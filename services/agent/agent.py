@@ -28,6 +28,7 @@ from schemas.events import (
     NodeDrained,
     NodeHeartbeat,
     NodeRegistered,
+    node_fact,
 )
 from services.agent.attempt import AttemptRunner
 from services.agent.context import AgentContext, GpuPool
@@ -63,11 +64,10 @@ class Agent:
         ctx.spool.start()
         inventory = ctx.inventory
         await ctx.spool.append(
-            NodeRegistered(
-                occurred_at=ctx.clock(),
-                attempt=0,
-                producer=ctx.producer,
-                node_id=ctx.node_id,
+            node_fact(
+                NodeRegistered,
+                ctx.node_id,
+                ctx.clock(),
                 provider=ctx.agent.provider or inventory.provider or "local",
                 region=ctx.agent.region or inventory.region or "local",
                 inventory_source=inventory.source,
@@ -112,11 +112,10 @@ class Agent:
             await asyncio.gather(*self._runner_tasks.values(), return_exceptions=True)
         with contextlib.suppress(Exception):
             await ctx.spool.append(
-                NodeDrained(
-                    occurred_at=ctx.clock(),
-                    attempt=0,
-                    producer=ctx.producer,
-                    node_id=ctx.node_id,
+                node_fact(
+                    NodeDrained,
+                    ctx.node_id,
+                    ctx.clock(),
                     reason=(
                         f"agent stopped ({ctx.agent.shutdown_policy}); "
                         f"{len(running)} attempt(s) "
@@ -258,11 +257,10 @@ class Agent:
         due = loop.time()
         while True:
             await ctx.spool.append(
-                NodeHeartbeat(
-                    occurred_at=ctx.clock(),
-                    attempt=0,
-                    producer=ctx.producer,
-                    node_id=ctx.node_id,
+                node_fact(
+                    NodeHeartbeat,
+                    ctx.node_id,
+                    ctx.clock(),
                     seq=self._heartbeat_seq,
                     free_gpu_indices=self.gpus.free(),
                     gpus=ctx.inventory.usage(),

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from projections.evidence import number
 from projections.fit import rejected
@@ -44,6 +45,7 @@ from services.scheduler.placement import Placement, PlacementRequest, place
 from services.scheduler.queue import PlacementQueue
 
 PROCESSOR = "scheduler"
+D = TypeVar("D", bound=Event)
 
 FOLDED: tuple[type[Event], ...] = (
     NodeEvent,
@@ -283,6 +285,15 @@ class SchedulerState:
         out.extend(self._place_queue(now))
         return out
 
+    def _decided(
+        self, cls: type[D], cause: Event, now: datetime, suffix: str = "", **fields: Any
+    ) -> D:
+        """A decision on ``cause`` made ``now`` by this scheduler instance (named in
+        ``producer``; the id names only the scheduler, so any instance derives the same)."""
+        return cls.derived(
+            cause, PROCESSOR, suffix, occurred_at=now, producer=self.config.producer, **fields
+        )
+
     def _preflight(self, entry: JobEntry, now: datetime) -> Event:
         submitted = entry.submitted
         report = self.fit_check(entry.spec, self.fleet)
@@ -290,12 +301,11 @@ class SchedulerState:
             return rejected(submitted, report, by=PROCESSOR, producer=self.config.producer, now=now)
         entry.vram_gb = report.required_vram_gb if report is not None else None
         deadline = submitted.occurred_at + timedelta(seconds=entry.spec.limits.queue_timeout_s)
-        return JobQueued.derived(
+        return self._decided(
+            JobQueued,
             submitted,
-            PROCESSOR,
+            now,
             attempt=0,
-            occurred_at=now,
-            producer=self.config.producer,
             queue_deadline=deadline,
             reason="waiting for capacity"
             if report is not None
@@ -304,12 +314,11 @@ class SchedulerState:
 
     def _requeue(self, entry: JobEntry, retry: RetryScheduled, now: datetime) -> JobQueued:
         start = max(retry.not_before, now)
-        return JobQueued.derived(
+        return self._decided(
+            JobQueued,
             retry,
-            PROCESSOR,
+            now,
             attempt=retry.next_attempt,
-            occurred_at=now,
-            producer=self.config.producer,
             queue_deadline=start + timedelta(seconds=entry.spec.limits.queue_timeout_s),
             reason=f"retry of attempt {retry.attempt}: {retry.reason}".rstrip(": "),
         )
@@ -366,12 +375,11 @@ class SchedulerState:
         resume = entry.resume_from
         if resume is None and entry.attempt == 1 and entry.spec.resume_from:
             resume = self.checkpoints.get(entry.spec.resume_from)
-        return AttemptScheduled.derived(
+        return self._decided(
+            AttemptScheduled,
             queued,
-            PROCESSOR,
+            now,
             attempt=entry.attempt,
-            occurred_at=now,
-            producer=self.config.producer,
             node_id=placement.node_id,
             provider=placement.provider,
             region=placement.region,
@@ -404,12 +412,11 @@ class SchedulerState:
             )
         if spec.placement.avoid_nodes:
             detail += f" (the job avoids {', '.join(sorted(spec.placement.avoid_nodes))})"
-        return NoCapacity.derived(
+        return self._decided(
+            NoCapacity,
             queued,
-            PROCESSOR,
+            now,
             "no-capacity",
-            occurred_at=now,
-            producer=self.config.producer,
             queued_since=queued.occurred_at,
             queue_deadline=queued.queue_deadline,
             detail=detail,

@@ -29,6 +29,7 @@ from schemas.events import (
     Event,
     NodeHeartbeat,
     NodeRegistered,
+    node_fact,
 )
 from schemas.types import GpuDevice
 from services.clock import utcnow
@@ -154,9 +155,10 @@ class SimFleet:
         now = utcnow()
         await self.emit(
             [
-                NodeRegistered(
-                    node_id=n.node_id,
-                    occurred_at=now,
+                node_fact(
+                    NodeRegistered,
+                    n.node_id,
+                    now,
                     provider=n.provider,
                     region=n.region,
                     inventory_source="declared",
@@ -196,9 +198,10 @@ class SimFleet:
                         continue
                     node.seq += 1
                     beats.append(
-                        NodeHeartbeat(
-                            node_id=node.node_id,
-                            occurred_at=now,
+                        node_fact(
+                            NodeHeartbeat,
+                            node.node_id,
+                            now,
                             seq=node.seq,
                             free_gpu_indices=node.free(),
                             running_attempts=sorted(set(node.busy.values())),

@@ -43,6 +43,7 @@ from schemas.events import (
     OutputStored,
     ProcessExited,
     agent_fact,
+    node_fact,
 )
 from schemas.types import GpuDevice
 from services.clock import utcnow
@@ -231,9 +232,10 @@ class ScriptedNode:
 
     async def start(self, heartbeats: bool = True) -> ScriptedNode:
         await self.emit(
-            NodeRegistered(
-                node_id=self.node_id,
-                occurred_at=utcnow(),
+            node_fact(
+                NodeRegistered,
+                self.node_id,
+                utcnow(),
                 provider=self.provider,
                 region=self.region,
                 inventory_source="declared",
@@ -271,9 +273,10 @@ class ScriptedNode:
             else [g.index for g in self.gpus if g.index not in busy]
         )
         await self.emit(
-            NodeHeartbeat(
-                node_id=self.node_id,
-                occurred_at=utcnow(),
+            node_fact(
+                NodeHeartbeat,
+                self.node_id,
+                utcnow(),
                 seq=self._seq,
                 free_gpu_indices=free,
                 running_attempts=[f"{j}/{a}" for j, a in self.running],

@@ -16,11 +16,13 @@ from schemas.events import (
     JobSucceeded,
     LogChunk,
     MeterTick,
+    NodeHeartbeat,
     OutputFailed,
     OutputStored,
     agent_fact,
     derived_event_id,
     fact_key,
+    node_fact,
 )
 from schemas.spec import JobSpec
 
@@ -110,3 +112,15 @@ def test_an_agent_fact_derives_from_the_placement_by_the_node() -> None:
     # Another node reporting the same fact is another fact.
     other = agent_fact(AttemptHeartbeat, SCHEDULED, "node-b", at, node_id="node-b", seq=4)
     assert other.event_id != beat.event_id
+
+
+def test_a_node_fact_is_the_node_agents_and_new() -> None:
+    first = node_fact(NodeHeartbeat, "node-a", T0, seq=1)
+    again = node_fact(NodeHeartbeat, "node-a", T0, seq=1)
+    assert (first.node_id, first.key, first.producer, first.attempt) == (
+        "node-a",
+        "node-a",
+        "agent/node-a",
+        0,
+    )
+    assert first.causation_id is None and first.event_id != again.event_id
