@@ -30,6 +30,11 @@ def decode(record: dict[str, Any]) -> Event:
     return EVENT_TYPES[record["type"]].model_validate(record)
 
 
+def is_recorded(path: Path) -> bool:
+    """The fixture was read from a real run's ledger (``tests/golden/record.py``)."""
+    return "recorded" in json.loads(path.read_text())
+
+
 def load(path: Path) -> tuple[list[Event], list[MeterTick], dict[str, Any]]:
     data = json.loads(path.read_text())
     events = [decode(r) for r in data["events"]]
@@ -147,12 +152,22 @@ def summarize(events: list[Event], ticks: list[MeterTick]) -> dict[str, Any]:
     }
 
 
-def dump(path: Path, description: str, events: list[Event], ticks: list[MeterTick]) -> None:
-    data = {
+def dump(
+    path: Path,
+    description: str,
+    events: list[Event],
+    ticks: list[MeterTick],
+    recorded: dict[str, Any] | None = None,
+) -> None:
+    """Write a fixture; ``recorded`` (where, which job, when) marks one read from a real
+    ledger by ``tests/golden/record.py`` rather than built by a scenario."""
+    data: dict[str, Any] = {
         "scenario": path.stem,
         "description": description,
         "events": [e.model_dump(mode="json") for e in events],
         "ticks": [t.model_dump(mode="json") for t in ticks],
         "expected": summarize(events, ticks),
     }
+    if recorded is not None:
+        data["recorded"] = recorded
     path.write_text(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
