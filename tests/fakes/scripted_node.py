@@ -47,7 +47,7 @@ from schemas.events import (
 )
 from schemas.types import GpuDevice
 from services.clock import utcnow
-from services.ledger import Ledger
+from services.ledger import LedgerPort
 
 E = TypeVar("E", bound=Event)
 
@@ -198,7 +198,7 @@ class ScriptedNode:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: LedgerPort,
         node_id: str,
         gpus: int = 1,
         gpu_model: str = "A100-80GB",

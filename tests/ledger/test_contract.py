@@ -52,7 +52,8 @@ async def ledger(request: pytest.FixtureRequest, settings: Settings) -> AsyncIte
     require_stack(settings)
     await ensure_topics(isolated)
     try:
-        async with Ledger(isolated, "contract") as real:
+        # A missing topic's metadata is waited for up to the request timeout: keep it short.
+        async with Ledger(isolated, "contract", request_timeout_s=10) as real:
             yield real
     finally:
         await delete_topics(isolated)
