@@ -20,6 +20,7 @@ The cache never decides what is true, Postgres does:
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -54,8 +55,14 @@ class CachedJob:
         return [self.ticks[k] for k in sorted(self.ticks)]
 
 
-async def load_states(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, CachedJob]:
-    """The committed (or this transaction's) state of ``job_ids`` read from the tables."""
+async def load_states(
+    conn: asyncpg.Connection, job_ids: list[str], held_ticks: Sequence[str] = ()
+) -> dict[str, CachedJob]:
+    """The committed (or this transaction's) state of ``job_ids`` read from the tables.
+
+    ``held_ticks``: event ids of meter ticks the caller holds already (the ones its
+    transaction just inserted), left out instead of read back and parsed again.
+    """
     states = {job_id: CachedJob() for job_id in job_ids}
     if not job_ids:
         return states
@@ -74,8 +81,9 @@ async def load_states(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str,
         states[r["job_id"]].view = JobView.model_validate_json(r["view"])
     for r in await conn.fetch(
         "SELECT job_id, attempt, tick_index, payload FROM meter_ticks "
-        "WHERE job_id = ANY($1::text[])",
+        "WHERE job_id = ANY($1::text[]) AND NOT event_id = ANY($2::text[])",
         job_ids,
+        list(held_ticks),
     ):
         tick = MeterTick.model_validate_json(r["payload"])
         states[r["job_id"]].ticks[(r["attempt"], r["tick_index"])] = tick

@@ -18,7 +18,7 @@ job's history.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from operator import itemgetter
 from typing import TypeVar
 
@@ -170,8 +170,12 @@ class _Batch:
         }
         return {k: found.get(k, 0) for k in wanted}
 
-    async def _states(self, job_ids: Iterable[str]) -> None:
-        """Put the state of every job in ``job_ids`` in ``self.states`` (cache, else tables)."""
+    async def _states(self, job_ids: Iterable[str], held_ticks: Sequence[str] = ()) -> None:
+        """Put the state of every job in ``job_ids`` in ``self.states`` (cache, else tables).
+
+        ``held_ticks``: event ids of the ticks this batch inserted, which the caller adds
+        to the states itself (see :func:`load_states`).
+        """
         missing = []
         for job_id in dict.fromkeys(job_ids):
             if job_id in self.states:
@@ -182,7 +186,7 @@ class _Batch:
             else:
                 self.states[job_id] = state
         if missing:
-            self.states.update(await load_states(self.conn, sorted(missing)))
+            self.states.update(await load_states(self.conn, sorted(missing), held_ticks))
 
     async def jobs(self, events: list[Event], ticks: list[MeterTick]) -> None:
         """Store the new job-events and meter ticks and fold them into their jobs' states."""
@@ -199,14 +203,16 @@ class _Batch:
             returning="job_id, attempt, tick_index",
         )
         new_ticks = {(r[0], r[1], r[2]) for r in inserted}
-        # ... and only the jobs that gained an event or a tick need their state.
-        await self._states([*(e.job_id for e in events), *(k[0] for k in new_ticks)])
-        for tick in ticks:
-            key = _tick_key(tick)
-            if key in new_ticks:
-                # A state loaded after the insert already holds it; setdefault keeps that one.
-                self.states[tick.job_id].ticks.setdefault(key[1:], tick)
-                self.accounting_due.add(tick.job_id)
+        added = [t for t in ticks if _tick_key(t) in new_ticks]
+        # ... and only the jobs that gained an event or a tick need their state (read
+        # back without the ticks just inserted: they are added from memory here).
+        await self._states(
+            [*(e.job_id for e in events), *(t.job_id for t in added)],
+            [t.event_id for t in added],
+        )
+        for tick in added:
+            self.states[tick.job_id].ticks[_tick_key(tick)[1:]] = tick
+            self.accounting_due.add(tick.job_id)
         if not events:
             return
         event_rows: list[Row] = []
