@@ -6,17 +6,23 @@ into bench topics, runs the real :class:`services.sink.consumer.Sink` (batches o
 schema until it has committed the end offsets. Then a second sink with another
 consumer name re-reads every record into the same tables: every record is a
 duplicate and must change nothing (idempotence), which the row counts confirm.
+The baseline reads the same records with a plain consumer, decodes each body with
+fastavro and COPYs them into one table without indexes (:func:`raw_baseline`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import time
 from typing import Any
 
+import fastavro
+
 from bench.common import Result, deep_size, isolated, self_peak_rss_mb, target
 from bench.load import load
+from schemas import codec
 from services.gc_tuning import tuned_gc
 from services.ledger import Ledger
 from services.settings import Settings
@@ -51,6 +57,58 @@ async def drain(sink: Sink) -> tuple[float, int, float]:
             sink.stop()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait_for(task, 30)
+
+
+async def raw_baseline(sink: Sink, pool: Any) -> dict[str, Any]:
+    """The same records with none of gridledger's work: what the bytes cost.
+
+    A plain consumer on the sink's partitions, ``fastavro.schemaless_reader`` of each
+    body with its writer schema, and a binary COPY of (topic, partition, offset,
+    event_id, body) into one table without indexes, one transaction per batch of the
+    sink's size: no models, no folds, no accounting, no keys to check.
+    """
+    writers = codec.registry().writers
+    ends = await sink.end_offsets()
+    tps = list(ends)
+    count = 0
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "CREATE TABLE raw_baseline (topic text, partition integer, "
+            "record_offset bigint, event_id text, body bytea)"
+        )
+        consumer = sink.ledger.consumer()
+        await consumer.start()
+        try:
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, 0)
+            began, cpu = time.perf_counter(), time.process_time()
+            pending = {tp for tp in tps if ends[tp] > 0}
+            while pending:
+                batch = await consumer.getmany(
+                    *pending, timeout_ms=1000, max_records=sink.settings.sink_batch_max
+                )
+                rows = []
+                for tp, raws in batch.items():
+                    for raw in raws:
+                        schema = writers[int.from_bytes(raw.value[2:10], "little")].parsed
+                        body: Any = fastavro.schemaless_reader(io.BytesIO(raw.value[10:]), schema)
+                        event_id = body.get("envelope", body).get("event_id", "")
+                        rows.append((raw.topic, raw.partition, raw.offset, event_id, raw.value))
+                    if raws and raws[-1].offset + 1 >= ends[tp]:
+                        pending.discard(tp)
+                async with conn.transaction():
+                    await conn.copy_records_to_table("raw_baseline", records=rows)
+                count += len(rows)
+            seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
+        finally:
+            await consumer.stop()
+    return {
+        "records": count,
+        "s": round(seconds, 3),
+        "cpu_us_per_record": round(cpu / max(1, count) * 1e6, 1),
+        "events_per_s": count / seconds,
+    }
 
 
 async def run(settings: Settings, quick: bool) -> Result:
@@ -94,9 +152,13 @@ async def run(settings: Settings, quick: bool) -> Result:
                 "rows_changed": {t: second[t] - first[t] for t in TABLES if second[t] != first[t]},
             }
             result.figures["rows"] = second
+            result.baseline["raw_consume_decode_copy"] = await raw_baseline(sink, pool)
         finally:
             await pool.close()
     result.peak_rss_mb["bench process (sink in-process)"] = self_peak_rss_mb()
+    raw = result.baseline["raw_consume_decode_copy"]["events_per_s"]
+    first_pass = result.figures["first_pass"]["events_per_s"]
+    result.ratios["raw_over_sink"] = round(raw / first_pass, 2) if first_pass else None
     result.targets["sink events/s (first pass)"] = target(
         result.figures["first_pass"]["events_per_s"], 50_000, at_least=True
     )
