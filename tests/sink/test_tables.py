@@ -10,9 +10,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import asyncpg
 import pytest
 
-from services.sink.tables import TABLES, Table, declare
+from services.settings import Settings
+from services.sink.tables import TABLES, Table, declare, upsert
 
 MIGRATIONS = Path(__file__).resolve().parents[2] / "services" / "sink" / "migrations"
 
@@ -133,3 +135,27 @@ def test_a_row_without_a_declared_column_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match=r"table jobs has no column 'advice'"):
         row = {c: None for c in TABLES["jobs"].names if c != "advice"}
         TABLES["jobs"].tuples([row])
+
+
+def _offset_row(next_offset: int) -> dict[str, object]:
+    return {"consumer": "c", "topic": "t", "partition": 0, "next_offset": next_offset}
+
+
+@pytest.mark.integration
+async def test_staging_starts_empty_for_every_statement_and_survives_a_rollback(
+    pg: tuple[Settings, asyncpg.Pool],
+) -> None:
+    """Two upserts of one key in one transaction each see only their own rows (rows left
+    in the staging table would make the second one hit its key twice), and a staging
+    table that a rolled-back transaction created is made again on the same connection."""
+    _, pool = pg
+    async with pool.acquire() as conn:
+        with pytest.raises(RuntimeError):
+            async with conn.transaction():
+                await upsert(conn, "consumer_offsets", [_offset_row(1)])
+                raise RuntimeError("roll back the transaction that created the staging table")
+        async with conn.transaction():
+            await upsert(conn, "consumer_offsets", [_offset_row(2)])
+            await upsert(conn, "consumer_offsets", [_offset_row(3)])
+        stored = await conn.fetch("SELECT next_offset FROM consumer_offsets")
+    assert [r["next_offset"] for r in stored] == [3]
