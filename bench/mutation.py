@@ -119,6 +119,15 @@ MUTATIONS: tuple[Mutation, ...] = (
              '        return attribution == "user"',
              "        return True",
              "platform and capacity failures are credited"),
+    # ---- envelopes
+    Mutation("derived-id-ignores-suffix", "schemas/events.py",
+             "event_id=derived_event_id(cause.event_id, by, suffix),",
+             "event_id=derived_event_id(cause.event_id, by),",
+             "two events one processor derives from one cause get two ids"),
+    Mutation("derived-keeps-cause-time", "schemas/events.py",
+             '"occurred_at": cause.occurred_at,',
+             '"occurred_at": cause.occurred_at.replace(second=0),',
+             "a derived event occurs when its cause did, unless told otherwise"),
     # ---- retry decisions and the class table
     Mutation("unknown-retried-forever", "projections/classes.py",
              '"nothing matched (e.g. a SIGKILL nobody explains)", limit=1,',
