@@ -54,6 +54,7 @@ def line(delivery: Delivery) -> str | None:
 
 
 async def main(argv: list[str]) -> int:
+    """Follow the job events and accounting records and print what each ending asks for."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from-beginning", action="store_true", help="read the whole history")
     parser.add_argument("--group", help="consumer group: share partitions, resume after restart")

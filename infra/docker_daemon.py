@@ -29,6 +29,8 @@ DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 
 @dataclass(frozen=True)
 class DockerPaths:
+    """Where a dockerd that `dev up` starts keeps its state, pid and log, under the home."""
+
     root: Path
     pid_file: Path
     """Written by dockerd itself (``-p``)."""
@@ -38,6 +40,7 @@ class DockerPaths:
 
     @classmethod
     def of(cls, settings: Settings) -> DockerPaths:
+        """The paths of the settings' home."""
         root = settings.home / "docker"
         return cls(
             root=root,
@@ -48,6 +51,7 @@ class DockerPaths:
 
 
 def address(settings: Settings) -> str:
+    """The daemon's socket: ``docker_host``, else ``DOCKER_HOST``, else the default one."""
     return settings.docker_host or os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
 
 
@@ -89,6 +93,8 @@ def _foreign_pid() -> int | None:
 
 
 def status(settings: Settings) -> ComponentStatus:
+    """Whether the daemon answers, and whether `dev up` started it (only then does `dev down` stop
+    it)."""
     paths = DockerPaths.of(settings)
     ours = _our_pid(settings)
     answering = ping(settings)
@@ -127,6 +133,8 @@ def start(settings: Settings) -> int:
 
 
 async def wait_ready(settings: Settings, pid: int, timeout: float = 60.0) -> None:
+    """Until the daemon answers a ping; a StackError with its log tail if it exits or takes too
+    long."""
     log = DockerPaths.of(settings).log
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

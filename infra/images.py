@@ -159,6 +159,7 @@ def smoke_test(settings: Settings, image: str, command: list[str]) -> str:
 
 
 def status(settings: Settings) -> ComponentStatus:
+    """Whether every local image `dev up` builds is present."""
     try:
         found = present(settings)
     except DockerException:

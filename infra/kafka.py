@@ -61,6 +61,8 @@ KAFKA_JAR = "kafka_2.13-3.9.1.jar"
 
 @dataclass(frozen=True)
 class KafkaPaths:
+    """Where one broker keeps its jars, data, configuration, pid and log, under the home."""
+
     root: Path
     lib: Path
     data: Path
@@ -116,6 +118,7 @@ class KafkaNode:
 
     @property
     def address(self) -> str:
+        """``host:port`` as clients bootstrap from it."""
         return f"{self.host}:{self.port}"
 
 
@@ -492,6 +495,7 @@ async def _describe_cluster(settings: Settings, brokers: int = 1) -> dict[str, A
 
 
 def node_status(settings: Settings, n: KafkaNode) -> ComponentStatus:
+    """Whether this broker runs (its pid) and listens, for `dev status`."""
     pid = node_pid(n)
     return ComponentStatus(
         name=n.name,

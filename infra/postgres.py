@@ -35,6 +35,8 @@ INCLUDE_LINE = "include_if_exists = 'gridledger.conf'"
 
 @dataclass(frozen=True)
 class PostgresPaths:
+    """Where the local Postgres keeps its cluster, pid and log, under the home."""
+
     root: Path
     data: Path
     pid_file: Path
@@ -42,6 +44,7 @@ class PostgresPaths:
 
     @classmethod
     def of(cls, settings: Settings) -> PostgresPaths:
+        """The paths of the settings' home."""
         root = settings.home / "postgres"
         data = root / "data"
         return cls(
@@ -245,6 +248,7 @@ def _redacted(dsn: str) -> str:
 
 
 def status(settings: Settings) -> ComponentStatus:
+    """Whether Postgres answers; an external one (``GRIDLEDGER_PG_DSN``) is never managed."""
     paths = PostgresPaths.of(settings)
     if settings.pg_dsn:
         return ComponentStatus(

@@ -56,6 +56,8 @@ VOLUME_SIZE_MB = 1024
 
 @dataclass(frozen=True)
 class SeaweedPaths:
+    """Where the local object store keeps its binary, data, S3 configuration, pid and log."""
+
     root: Path
     data: Path
     s3_config: Path
@@ -66,6 +68,7 @@ class SeaweedPaths:
 
     @classmethod
     def of(cls, settings: Settings) -> SeaweedPaths:
+        """The paths of the settings' home."""
         root = settings.home / "seaweedfs"
         binary = settings.weed_binary or settings.home / "bin" / "weed"
         return cls(
@@ -81,6 +84,8 @@ class SeaweedPaths:
 
 @dataclass(frozen=True)
 class Ports:
+    """The object store's ports, all derived from ``s3_port`` so one setting moves them together."""
+
     s3: int
     master: int
     volume: int
@@ -88,6 +93,7 @@ class Ports:
 
     @classmethod
     def of(cls, settings: Settings) -> Ports:
+        """The ports of the settings' ``s3_port``."""
         base = settings.s3_port
         return cls(s3=base, master=base + 1, volume=base + 2, filer=base + 3)
 
@@ -101,6 +107,7 @@ class Ports:
 
 
 def binary_cached(settings: Settings) -> bool:
+    """Whether the pinned version of the binary is already in the home (no download needed)."""
     paths = SeaweedPaths.of(settings)
     try:
         return os.access(paths.binary, os.X_OK) and paths.stamp.read_text().strip() == VERSION
@@ -312,6 +319,8 @@ def write_s3_config(settings: Settings, target: Path | None = None) -> bool:
 
 
 def server_args(settings: Settings) -> list[str]:
+    """The command line of an all-in-one server bound to 127.0.0.1 only, with S3 and its
+    configuration."""
     paths = SeaweedPaths.of(settings)
     ports = Ports.of(settings)
     return [
@@ -342,11 +351,15 @@ def server_args(settings: Settings) -> list[str]:
 
 
 def running_pid(settings: Settings) -> int | None:
+    """The pid of the server this home started, if it still runs (a recycled pid is not taken for
+    it)."""
     paths = SeaweedPaths.of(settings)
     return processes.running_pid(paths.pid_file, f"-dir={paths.data}")
 
 
 def start(settings: Settings) -> int:
+    """Start the server in its own session and return its pid; a StackError names a port already
+    taken."""
     paths = SeaweedPaths.of(settings)
     busy = [p for p in Ports.of(settings).all() if processes.port_open("127.0.0.1", p)]
     if busy:
@@ -396,6 +409,8 @@ async def wait_ready(settings: Settings, timeout: float = 120.0, pid: int | None
 
 
 def status(settings: Settings) -> ComponentStatus:
+    """Whether the S3 gateway serves; an external one (``GRIDLEDGER_S3_ENDPOINT``) is reported,
+    never managed."""
     paths = SeaweedPaths.of(settings)
     if settings.s3_endpoint:
         return ComponentStatus(
@@ -441,6 +456,7 @@ async def up(settings: Settings, timeout: float = 120.0) -> ComponentStatus:
 
 
 def down(settings: Settings) -> ComponentStatus:
+    """Stop the server this home started; an external store is left alone."""
     paths = SeaweedPaths.of(settings)
     if settings.s3_endpoint:
         return status(settings)

@@ -59,6 +59,7 @@ class ServiceSpec:
 
 
 def tail(path: Path, lines: int = 30) -> str:
+    """The last lines of a service's log, for an error message; ``(no log)`` when there is none."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:

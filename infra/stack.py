@@ -83,6 +83,7 @@ def render_stack_env(settings: Settings) -> str:
 
 
 def stack_env_path(settings: Settings) -> Path:
+    """The file `dev up` writes with the settings it used; every service reads it first."""
     return settings.home / "stack.env"
 
 

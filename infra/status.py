@@ -23,6 +23,7 @@ class ComponentStatus:
     """One human line: what ``dev up`` did or found ("already running", "started in 4.2 s")."""
 
     def to_json(self) -> dict[str, Any]:
+        """The status as JSON-ready data (`dev status -o json`)."""
         data = asdict(self)
         data["log"] = str(self.log) if self.log else None
         return data

@@ -20,6 +20,7 @@ TENANTS = ("dev", "other")
 
 
 def new_token(tenant: str) -> str:
+    """A fresh API token; the tenant in it is for people reading a tokens file, never trusted."""
     return f"gl_{tenant}_{secrets.token_urlsafe(24)}"
 
 
@@ -61,6 +62,7 @@ def token_for(settings: Settings, tenant: str) -> str:
 
 
 def status(settings: Settings) -> ComponentStatus:
+    """Whether the tokens file exists, and which tenants it serves."""
     path = settings.tokens_path
     if not path.is_file():
         return ComponentStatus(name="tokens", running=False, address=str(path), detail="missing")

@@ -115,6 +115,7 @@ def duration(seconds: float) -> str:
 
 
 def when(moment: datetime | None) -> str:
+    """A moment as the advice texts print it (UTC, to the second); "" for none."""
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else ""
 
 

@@ -39,6 +39,8 @@ class RetryPolicy(BaseModel):
     """The failure-class table (:mod:`projections.classes`); a test may vary one row."""
 
     def row(self, name: str) -> FailureClass:
+        """The class's row in this policy's table; a class it does not list falls back to the
+        shared table (which knows what to do with an unknown name)."""
         return self.classes.get(name) or class_row(name)
 
 

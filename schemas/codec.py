@@ -56,6 +56,7 @@ def crc64_avro(data: bytes) -> int:
 
 
 def fingerprint(schema: dict[str, Any]) -> int:
+    """The schema's identity on the wire: the CRC-64-AVRO of its parsing canonical form."""
     canonical = fastavro.schema.to_parsing_canonical_form(schema)
     return crc64_avro(canonical.encode())
 

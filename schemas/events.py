@@ -42,6 +42,8 @@ Attribution = Literal["user", "platform", "capacity"]
 
 
 def new_event_id() -> str:
+    """A fresh id for a fact: random, since a fact happens once (derived events use
+    :func:`derived_event_id`, so that recomputing them finds the same id)."""
     return str(uuid.uuid4())
 
 
@@ -154,6 +156,7 @@ class NodeEvent(Event):
 
     @property
     def key(self) -> str:
+        """The partition key: a node's events stay in order on one partition."""
         return self.node_id
 
 
@@ -161,6 +164,9 @@ class NodeEvent(Event):
 
 
 class JobSubmitted(Event):
+    """The API accepted a job: the first event of every history, carrying the spec all later
+    decisions read."""
+
     tenant: str
     submitter: str = ""
     spec: JobSpec
@@ -177,6 +183,9 @@ class JobRejected(Event):
 
 
 class JobQueued(Event):
+    """No node can hold the job now; it waits, ending as ``capacity_unavailable`` at
+    ``queue_deadline``."""
+
     queue_deadline: datetime
     reason: str = ""
 
@@ -205,12 +214,16 @@ class AttemptScheduled(Event):
 
 
 class NoCapacity(Event):
+    """The queue deadline passed with no placement: the job ends, attributed to capacity."""
+
     queued_since: datetime
     queue_deadline: datetime
     detail: str = ""
 
 
 class AttemptAccepted(Event):
+    """The node's agent took the attempt: the dispatch deadline no longer applies."""
+
     node_id: str
 
 
@@ -246,29 +259,40 @@ class ComputeReleased(Event):
 
 
 class ImageResolved(Event):
+    """The agent has the image locally (``pulled`` when it had to fetch it)."""
+
     image: str
     image_id: str = ""
     pulled: bool = False
 
 
 class ImageUnavailable(Event):
+    """The image could not be had: the attempt ends before a container exists."""
+
     image: str
     reason: Literal["not_found", "registry_unreachable"]
     message: str = ""
 
 
 class ContainerStarted(Event):
+    """The container runs: from here on, the process's exit decides the attempt."""
+
     container_id: str
     node_id: str = ""
 
 
 class ContainerStartFailed(Event):
+    """Docker refused to start the container; ``error_kind`` is what the classifier matches."""
+
     error_kind: str
     """entrypoint_not_found, invalid_config, daemon_error ..."""
     message: str = ""
 
 
 class ProcessExited(Event):
+    """The job's process ended: the facts (exit code, signal, OOM, last log lines) its failure is
+    classified on."""
+
     SCHEMA_VERSION: ClassVar[int] = 2
     """v2 added ``memory_limit_bytes`` (v1 payloads decode with 0: unknown)."""
 
@@ -284,6 +308,9 @@ class ProcessExited(Event):
 
 
 class CheckpointStored(Event):
+    """A checkpoint reached the object store: a retry (or a job resuming from this one) starts from
+    it."""
+
     name: str
     step: int | None = None
     uri: str
@@ -305,6 +332,8 @@ class CheckpointStored(Event):
 
 
 class OutputStored(Event):
+    """A declared output reached the object store, with the digest a download checks."""
+
     path: str
     uri: str
     sha256: str
@@ -312,6 +341,9 @@ class OutputStored(Event):
 
 
 class OutputFailed(Event):
+    """A declared output is missing or could not be stored: a required one turns success into
+    ``succeeded_with_errors``."""
+
     path: str
     reason: Literal["missing", "store_failed"]
     required: bool = True
@@ -319,6 +351,9 @@ class OutputFailed(Event):
 
 
 class AttemptUnresponsive(Event):
+    """The watchdog heard nothing from the attempt for too long: the job is ``lost_contact`` until
+    ``lost_deadline``."""
+
     node_id: str
     last_heartbeat_at: datetime | None = None
     silence_s: float
@@ -333,22 +368,32 @@ class AttemptResponsive(Event):
 
 
 class AttemptLost(Event):
+    """The silence outlasted the lost deadline: the attempt is given up on (and may be retried),
+    whatever arrives late."""
+
     node_id: str
     last_heartbeat_at: datetime | None = None
     deadline: datetime | None = None
 
 
 class DispatchTimedOut(Event):
+    """No agent accepted the placement by its deadline: the attempt ends without having run."""
+
     node_id: str
     deadline: datetime
 
 
 class FinishingTimedOut(Event):
+    """The attempt's end (release, outputs) did not all arrive by the deadline: the job is decided
+    on what did."""
+
     node_id: str = ""
     deadline: datetime
 
 
 class CancelRequested(Event):
+    """Someone asked for the job to stop; dispatch routes it to the node that runs it."""
+
     requested_by: str = ""
     reason: str = ""
     node_id: str = ""
@@ -356,10 +401,15 @@ class CancelRequested(Event):
 
 
 class AttemptCancelled(Event):
+    """The agent stopped the attempt on a cancel (after its stop grace)."""
+
     node_id: str
 
 
 class FailureClassified(Event):
+    """The classifier's verdict on a failed attempt: class, whose side, retryable, advice and the
+    evidence for it."""
+
     failure_class: FailureClass
     attribution: Attribution
     retryable: bool
@@ -410,7 +460,7 @@ class AttemptSuperseded(Event):
 
 
 class JobSucceeded(Event):
-    pass
+    """Terminal: the process exited 0 and every required output was stored."""
 
 
 class JobSucceededWithErrors(Event):
@@ -420,6 +470,8 @@ class JobSucceededWithErrors(Event):
 
 
 class JobFailed(Event):
+    """Terminal: the failure was not retried (not retryable, or the retry budget is spent)."""
+
     failure_class: FailureClass
     attribution: Attribution = "user"
     summary: str = ""
@@ -429,6 +481,8 @@ class JobFailed(Event):
 
 
 class JobCancelled(Event):
+    """Terminal: the job was stopped on request."""
+
     summary: str = ""
 
 
@@ -436,6 +490,9 @@ class JobCancelled(Event):
 
 
 class AttemptHeartbeat(Event):
+    """The agent's periodic word that the attempt still runs, with what it uses; silence is what the
+    watchdog watches."""
+
     TOPIC: ClassVar[str] = "heartbeats"
     node_id: str
     seq: int
@@ -445,6 +502,8 @@ class AttemptHeartbeat(Event):
 
 
 class LogChunk(Event):
+    """A piece of one stream of an attempt's log, numbered so a reader tells a gap from the end."""
+
     TOPIC: ClassVar[str] = "log-chunks"
     stream: Literal["stdout", "stderr", "system"]
     seq: int
@@ -459,6 +518,9 @@ class LogChunk(Event):
 
 
 class MeterTick(Event):
+    """One interval of GPU time the agent metered, checked against the held time the lifecycle
+    gives."""
+
     TOPIC: ClassVar[str] = "meter-ticks"
     node_id: str
     tick_index: int
@@ -476,6 +538,8 @@ class MeterTick(Event):
 
 
 class NodeRegistered(NodeEvent):
+    """An agent joined with its inventory: the scheduler's fleet is built from these."""
+
     provider: str = ""
     region: str = ""
     inventory_source: Literal["nvml", "declared"]
@@ -488,6 +552,9 @@ class NodeRegistered(NodeEvent):
 
 
 class NodeHeartbeat(NodeEvent):
+    """A node's periodic state (free GPUs, running attempts); a node that stops sending is not
+    placed on."""
+
     seq: int
     free_gpu_indices: list[int] = Field(default_factory=list)
     gpus: list[GpuUsage] = Field(default_factory=list)
@@ -496,6 +563,8 @@ class NodeHeartbeat(NodeEvent):
 
 
 class NodeDrained(NodeEvent):
+    """The node takes no new attempts."""
+
     reason: str = ""
 
 

@@ -43,6 +43,8 @@ class ModelSpec(_Strict):
 
 
 class Limits(_Strict):
+    """The job's time bounds: they make every job end, however it goes."""
+
     max_runtime_s: int = Field(3600, ge=1, le=30 * 24 * 3600)
     queue_timeout_s: int = Field(600, ge=1, le=7 * 24 * 3600)
 
@@ -64,6 +66,8 @@ class OutputSpec(_Strict):
 
 
 class RetrySpec(_Strict):
+    """How often and how soon the job's failures are retried (platform failures by default)."""
+
     max_attempts: int = Field(3, ge=1, le=10, description="attempts in total, the first included")
     retry_user_errors: bool = Field(
         False, description="also retry failures attributed to the job itself (off by default)"
@@ -73,6 +77,8 @@ class RetrySpec(_Strict):
 
 
 class Placement(_Strict):
+    """Where the job prefers to run, in order of preference, and the nodes it avoids."""
+
     providers: list[str] = Field(default_factory=list, description="preferred providers, in order")
     regions: list[str] = Field(default_factory=list, description="preferred regions, in order")
     avoid_nodes: list[str] = Field(default_factory=list)

@@ -68,6 +68,8 @@ class FailureInfo(Record):
 
 
 class OutputInfo(Record):
+    """One declared output as the job's view shows it: where it was stored, or why not."""
+
     path: str
     status: str
     """stored, missing or store_failed."""
@@ -81,6 +83,8 @@ class OutputInfo(Record):
 
 
 class AttemptView(Record):
+    """One attempt of a job, from placement to release: where it ran and how it ended."""
+
     attempt: int
     status: AttemptStatus = "scheduled"
     node_id: str = ""
@@ -162,6 +166,8 @@ class JobView(Record):
 
 
 class AttemptAccounting(Record):
+    """One attempt's compute: held (lifecycle) against metered (ticks), and who pays it."""
+
     attempt: int
     node_id: str = ""
     held_from: datetime | None = None

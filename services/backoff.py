@@ -83,9 +83,12 @@ class Outage:
 
     @property
     def is_down(self) -> bool:
+        """Whether the dependency is away now (reported down, not yet up again)."""
         return self.since is not None
 
     def down(self, exc: BaseException | str) -> None:
+        """Record a failed try; only the first of an outage logs, so a long one is one line, not
+        thousands."""
         self.last_error = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
         self.tries += 1
         if self.since is None:
@@ -97,6 +100,7 @@ class Outage:
             )
 
     def up(self) -> None:
+        """Record that the dependency answers again; logs how long it was away, once."""
         if self.since is None:
             return
         away = time.monotonic() - self.since

@@ -49,6 +49,8 @@ class ObjectStoreError(GridledgerError):
 
 
 class Credential(BaseModel):
+    """One S3 key pair."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     access_key: str = Field(min_length=1)
@@ -56,6 +58,9 @@ class Credential(BaseModel):
 
 
 class TenantCredentials(BaseModel):
+    """A tenant's keys: the agent's (writes its prefix), the reader's (signs downloads), and its
+    retention."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     agent: Credential | None = None
@@ -65,6 +70,8 @@ class TenantCredentials(BaseModel):
 
 
 class CredentialsFile(BaseModel):
+    """The S3 credentials file: the admin key (bucket set-up) and each tenant's keys."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     admin: Credential | None = None
@@ -72,6 +79,8 @@ class CredentialsFile(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> CredentialsFile:
+        """Read and validate the file; an ObjectStoreError says where one comes from when it is
+        missing."""
         try:
             return cls.model_validate(json.loads(path.read_text()))
         except FileNotFoundError as exc:
@@ -97,6 +106,7 @@ class CredentialsFile(BaseModel):
         return found
 
     def retention_days(self, tenant: str, default: int) -> int:
+        """The tenant's retention, or ``default`` when it sets none."""
         entry = self.tenants.get(tenant)
         return entry.retention_days if entry and entry.retention_days else default
 
@@ -108,10 +118,12 @@ def safe_segment(name: str) -> str:
 
 
 def tenant_prefix(tenant: str) -> str:
+    """The key prefix of everything a tenant owns: its credentials reach this far and no further."""
     return f"tenants/{safe_segment(tenant)}/"
 
 
 def job_prefix(tenant: str, job_id: str) -> str:
+    """The key prefix of one job's outputs and checkpoints, every attempt's."""
     return f"{tenant_prefix(tenant)}jobs/{safe_segment(job_id)}/"
 
 
@@ -125,11 +137,14 @@ def object_key(tenant: str, job_id: str, attempt: int, path: str) -> str:
 
 @dataclass(frozen=True)
 class ObjectRef:
+    """A stored object's bucket and key, as events and the API name it (``s3://bucket/key``)."""
+
     bucket: str
     key: str
 
     @property
     def uri(self) -> str:
+        """``s3://bucket/key``, the form events carry."""
         return f"s3://{self.bucket}/{self.key}"
 
     @classmethod
@@ -142,4 +157,5 @@ class ObjectRef:
         return cls(bucket, key)
 
     def owned_by(self, tenant: str) -> bool:
+        """Whether the object lies under the tenant's prefix (checked before downloads, resumes)."""
         return self.key.startswith(tenant_prefix(tenant))

@@ -95,6 +95,8 @@ class TenantClients:
         self._stamp: tuple[int, int] | None = None
 
     def credentials(self) -> CredentialsFile:
+        """The credentials file, re-read when it changed on disk, so rotated keys apply without a
+        restart."""
         path = self.settings.s3_credentials_path
         with self._lock:
             stamp = None
@@ -138,6 +140,7 @@ def call(what: str, fn: Callable[[], T]) -> T:
 
 
 def sha256_of(path: Path) -> tuple[str, int]:
+    """The file's SHA-256 and size, read in blocks (outputs can be larger than memory)."""
     digest = hashlib.sha256()
     size = 0
     with path.open("rb") as f:

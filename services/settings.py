@@ -222,6 +222,7 @@ class Settings(BaseSettings):
 
     @property
     def dsn(self) -> str:
+        """Where Postgres is: ``pg_dsn``, else the local one `dev up` starts."""
         return self.pg_dsn or f"postgresql://gridledger@127.0.0.1:{self.pg_port}/gridledger"
 
     @property
@@ -231,10 +232,12 @@ class Settings(BaseSettings):
 
     @property
     def tokens_path(self) -> Path:
+        """The API's tokens file: ``tokens_file``, else the one `dev up` writes in the home."""
         return self.tokens_file or self.home / "tokens.json"
 
     @property
     def logs_dir(self) -> Path:
+        """Where the stack's and the services' logs go, under the home."""
         return self.home / "logs"
 
     @property
@@ -244,6 +247,7 @@ class Settings(BaseSettings):
 
     @property
     def s3_credentials_path(self) -> Path:
+        """The S3 credentials file: ``s3_credentials_file``, else the one `dev up` writes."""
         return self.s3_credentials_file or self.home / "s3-credentials.json"
 
 

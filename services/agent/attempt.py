@@ -334,7 +334,7 @@ class AttemptRunner:
         return r.container_id or None
 
     async def _await_exit(self, container: str) -> str:
-        """exited | cancelled | runtime_exceeded | agent_shutdown | lost."""
+        """How the container ended: exited, cancelled, runtime_exceeded, agent_shutdown or lost."""
         r, ctx = self.record, self.ctx
         limit = r.scheduled.spec.limits.max_runtime_s
         started = r.started_at or ctx.clock()

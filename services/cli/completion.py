@@ -20,7 +20,7 @@ def completion(shell: str) -> int:
 
     Commands, options, choices and file names complete; job ids complete from
     the API (your most recent jobs).
-    """
+    """  # noqa: D301 - click's \b is a backspace character: a raw string would break it
     root = click.get_current_context().find_root().command
     shell_class = get_completion_class(shell)
     assert shell_class is not None  # SHELLS are click's built-in ones

@@ -75,7 +75,7 @@ def exit_code_of(exc: GridledgerError) -> Exit:
 
 
 def help_epilog() -> str:
-    """The table for ``gridledger --help`` (click keeps lines starting with \\b as they are)."""
+    r"""The table for ``gridledger --help`` (click keeps lines starting with \b as they are)."""
     lines = ["\b", "Exit codes:"]
     lines += [f"  {int(code):>3}  {meaning}" for code, meaning in MEANINGS.items()]
     return "\n".join(lines)

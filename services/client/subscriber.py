@@ -47,6 +47,7 @@ class Delivery:
 
     @property
     def event(self) -> Event | None:
+        """The decoded job event; None for a read model's record (accounting, job state)."""
         return self.value if isinstance(self.value, Event) else None
 
 
@@ -159,6 +160,7 @@ class Subscriber:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> Subscriber:
+        """Connect and subscribe; reading starts where the group left off, else per the reset."""
         names = [self.prefix + t for t in self.topics]
         # Without a group aiokafka assigns every partition of the topics itself; the reset
         # policy then decides where reading starts (nothing is ever committed).
@@ -184,6 +186,7 @@ class Subscriber:
         return self
 
     async def stop(self) -> None:
+        """Leave the group and close the connection."""
         if self._consumer is not None:
             await self._consumer.stop()
             self._consumer = None

@@ -381,7 +381,7 @@ _SENSORED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def install_faust_sensor(app: Any) -> bool:
-    """faust's Prometheus sensor, recording into gridledger's registry.
+    """Install faust's Prometheus sensor, recording into gridledger's registry.
 
     ``setup_prometheus_sensors`` also registers a ``/metrics`` page on faust's own
     web server, which the processors leave off (``web_enabled=False``): the
