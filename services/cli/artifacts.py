@@ -28,6 +28,7 @@ _CHUNK = 1024 * 1024
 
 
 def size(n: int) -> str:
+    """A byte count for people, in the largest unit (up to GiB) that keeps it readable."""
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
@@ -37,6 +38,8 @@ def size(n: int) -> str:
 
 
 def listing_text(data: dict[str, Any], clock: render.Clock) -> str:
+    """The table of `gridledger outputs`: each stored output and checkpoint with its size, digest
+    and attempt."""
     found = data.get("artifacts", [])
     if not found:
         return f"{data['job_id']} stored no outputs or checkpoints"
@@ -127,6 +130,8 @@ def fetch(url: str, target: Path, sha256: str) -> int:
 def download_all(
     client: ApiClient, job: str, chosen: list[dict[str, Any]], out_dir: Path
 ) -> list[tuple[dict[str, Any], Path]]:
+    """Fetch each chosen artifact under ``out_dir`` (its path kept), sha256-verified; return where
+    each went."""
     done = []
     for a in chosen:
         parts = PurePosixPath(a["path"]).parts

@@ -31,6 +31,8 @@ class ApiError(CliError):
 
 
 def resolve_token(settings: Settings, explicit: str | None) -> str:
+    """The token to use: the flag, else GRIDLEDGER_TOKEN, else the local stack's dev token; a
+    CliError says how to get one."""
     token = explicit or os.environ.get("GRIDLEDGER_TOKEN") or dev_token(settings)
     if not token:
         raise CliError(no_token_advice(settings), Exit.NOT_AUTHORISED)
@@ -38,12 +40,16 @@ def resolve_token(settings: Settings, explicit: str | None) -> str:
 
 
 def base_url(settings: Settings, explicit: str | None) -> str:
+    """The API to talk to: the flag, else GRIDLEDGER_API_URL, else the local stack's."""
     url = explicit or os.environ.get("GRIDLEDGER_API_URL") or local_api_url(settings)
     return url.rstrip("/")
 
 
 @dataclass
 class ApiClient:
+    """A small blocking HTTP client of the API (the CLI runs one request at a time); errors become
+    CliErrors with the API's problem text."""
+
     base: str
     token: str
     timeout: float = 30.0
@@ -87,6 +93,7 @@ class ApiClient:
             ) from exc
 
     def get(self, path: str) -> Any:
+        """GET ``path`` and decode its JSON body."""
         with self._request("GET", path) as response:
             return json.loads(response.read())
 
@@ -97,6 +104,8 @@ class ApiClient:
         content_type: str = "application/json",
         idempotency_key: str | None = None,
     ) -> Any:
+        """POST ``body`` to ``path``; an idempotency key makes a retried submit return the first
+        job, not a second one."""
         extra = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         with self._request("POST", path, body, content_type, extra=extra) as response:
             return json.loads(response.read())

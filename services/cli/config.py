@@ -39,6 +39,8 @@ PROFILE_KEYS = ("api_url", "token")
 
 
 def config_path() -> Path:
+    """The user's config file: GRIDLEDGER_CONFIG, else the XDG config folder's
+    gridledger/config.toml."""
     explicit = os.environ.get("GRIDLEDGER_CONFIG")
     if explicit:
         return Path(explicit).expanduser()
@@ -48,6 +50,8 @@ def config_path() -> Path:
 
 @dataclass(frozen=True)
 class Profile:
+    """One API to talk to, and the token to talk to it with (`gridledger login --profile NAME`)."""
+
     name: str
     api_url: str | None = None
     token: str | None = None
@@ -55,6 +59,8 @@ class Profile:
 
 @dataclass
 class UserConfig:
+    """The user's config file: its profiles and which one is the default."""
+
     path: Path
     default_profile: str | None = None
     profiles: dict[str, Profile] = field(default_factory=dict)
@@ -182,6 +188,7 @@ def dev_token(settings: Settings) -> str | None:
 
 
 def no_token_advice(settings: Settings) -> str:
+    """What to do when no token was found, naming every place that was looked in."""
     return (
         "no API token. Log in once with `gridledger login --api URL` (it asks for the token "
         f"and writes {config_path()}), or pass --token / set GRIDLEDGER_TOKEN. On the machine "

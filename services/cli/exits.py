@@ -13,6 +13,9 @@ from schemas.errors import GridledgerError
 
 
 class Exit(IntEnum):
+    """The CLI's exit codes, one per kind of outcome, so scripts can tell a failed job from a usage
+    error."""
+
     OK = 0
     JOB_FAILED = 1
     USAGE = 2
@@ -70,6 +73,7 @@ def for_http_status(status: int) -> Exit:
 
 
 def exit_code_of(exc: GridledgerError) -> Exit:
+    """The exit code an error asks for (its ``exit_code``), else the generic error code."""
     code = getattr(exc, "exit_code", None)
     return Exit(code) if code is not None else Exit.ERROR
 

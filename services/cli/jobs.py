@@ -195,6 +195,8 @@ def _job_text(job: dict[str, Any], clock: render.Clock) -> str:
 
 @dataclass
 class JobPage:
+    """One page of the job listing, and where the next one starts."""
+
     jobs: list[dict[str, Any]]
     next_cursor: str | None
     """Where the listing continues; None when the last job was shown."""

@@ -49,16 +49,19 @@ class Connection:
 
     @functools.cached_property
     def settings(self) -> Settings:
+        """The local settings, read once per command and only when needed."""
         return load_settings()
 
     @functools.cached_property
     def target(self) -> config.Target:
+        """The API and token this command uses, from flags, environment and profile."""
         return config.resolve(
             self.settings, token=self.token, api_url=self.api_url, profile=self.profile
         )
 
     @functools.cached_property
     def client(self) -> ApiClient:
+        """An API client for the target; a CliError with advice when there is no token."""
         target = self.target
         if not target.token:
             raise CliError(config.no_token_advice(self.settings), Exit.NOT_AUTHORISED)
@@ -74,6 +77,7 @@ class Output:
 
     @functools.cached_property
     def clock(self) -> Clock:
+        """How times are shown: local time, or UTC with --utc."""
         return Clock(utc=self.utc)
 
     @property
@@ -82,6 +86,7 @@ class Output:
         return self.format != "table"
 
     def dump(self, data: Any) -> str:
+        """The whole document in the chosen machine format (YAML or JSON)."""
         if self.format == "yaml":
             return yaml.safe_dump(_plain(data), sort_keys=False, allow_unicode=True).rstrip("\n")
         return json.dumps(data, indent=2, default=str)

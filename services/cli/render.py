@@ -28,23 +28,28 @@ STATUS_COLOURS = {
 
 
 def use_colour(stream: TextIO | None = None) -> bool:
+    """Colour only on a terminal, never with NO_COLOR or TERM=dumb (piped output stays plain)."""
     stream = stream or sys.stdout
     return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
 def paint(text: str, code: str, stream: TextIO | None = None) -> str:
+    """``text`` in the ANSI style ``code`` when colour is in use, else as it is."""
     return f"\x1b[{code}m{text}\x1b[0m" if code and use_colour(stream) else text
 
 
 def status(text: str) -> str:
+    """A job status in its colour (green succeeded, red failed or rejected ...)."""
     return paint(text, STATUS_COLOURS.get(text, "1"))
 
 
 def bold(text: str) -> str:
+    """Bold when colour is in use."""
     return paint(text, "1")
 
 
 def dim(text: str) -> str:
+    """Dimmed when colour is in use: for what matters less than its neighbours."""
     return paint(text, "2")
 
 
@@ -110,13 +115,16 @@ class Clock:
             time.tzset()  # TZ may have changed since the interpreter started
 
     def local(self, when: datetime) -> datetime:
+        """``when`` in the zone this clock shows."""
         return when.astimezone(UTC) if self.utc else when.astimezone()
 
     @property
     def zone(self) -> str:
+        """The zone's name, for column headers."""
         return self.local(datetime.now(UTC)).tzname() or "UTC"
 
     def header(self, name: str) -> str:
+        """A column header naming the zone, so the cells need not repeat it."""
         return f"{name} ({self.zone})"
 
     def format(self, value: str | datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
@@ -136,11 +144,13 @@ class Clock:
         return f"{text} {self.zone_of(value)}" if text else ""
 
     def zone_of(self, value: str | datetime | None) -> str:
+        """The zone name of one moment (local time can change zone across a DST change)."""
         when = parse_time(value) if isinstance(value, str) else value
         return (self.local(when).tzname() if when else None) or self.zone
 
 
 def duration(seconds: float | None) -> str:
+    """A duration for people: ms under a second, then s, m and s, h and m."""
     if seconds is None:
         return ""
     if seconds < 1:
@@ -155,6 +165,7 @@ def duration(seconds: float | None) -> str:
 
 
 def gpu_hours(seconds: float | None) -> str:
+    """GPU-seconds as GPU-hours, to three decimals."""
     return f"{(seconds or 0) / 3600:.3f}"
 
 
@@ -183,6 +194,7 @@ class Live:
             self._live.__exit__(*exc)
 
     def show(self, text: str) -> None:
+        """Redraw the display with ``text`` (ANSI colours kept)."""
         from rich.text import Text
 
         self._live.update(Text.from_ansi(text), refresh=True)
@@ -255,6 +267,7 @@ class Progress:
             self._status.__exit__(*exc)
 
     def log(self, line: str) -> None:
+        """Print a line above the live status line, when the display is enabled."""
         if not self.enabled:
             return
         if self._console is not None:
@@ -265,6 +278,7 @@ class Progress:
             print(line, file=sys.stderr, flush=True)
 
     def update(self, line: str) -> None:
+        """Replace the live status line."""
         if self._status is not None:
             from rich.text import Text
 

@@ -90,6 +90,7 @@ class Demo:
     # ------------------------------------------------------------------ services
 
     def start_services(self) -> None:
+        """The sink, API, scheduler and processors, with the demo's short timings."""
         env = dict(DEMO_TIMINGS)
         self.services.start(ServiceSpec("sink", ["sink"], env))
         self.services.start(
@@ -113,6 +114,7 @@ class Demo:
         self.wait_for(lambda: self._fresh_nodes() >= len(FLEET), 60, "both agents to register")
 
     def start_agent(self, node_id: str) -> None:
+        """One agent of the demo fleet, with its declared inventory written to a file."""
         node = next(n for n in FLEET if n.node_id == node_id)
         inventory = self.workdir / f"{node_id}.inventory.json"
         inventory.parent.mkdir(parents=True, exist_ok=True)
@@ -169,6 +171,7 @@ class Demo:
 
     @property
     def client(self) -> ApiClient:
+        """The API client once the API is up; an error before that."""
         if self.api is None:
             raise GridledgerError("the demo's API client is not ready")
         return self.api
@@ -181,6 +184,7 @@ class Demo:
         return self.tenant_clients.get(tenant, self.client)
 
     def submit(self, job: DemoJob) -> str:
+        """Submit one demo job and remember its id under the job's key."""
         reply = self.client_for(job.key).post("/v1/jobs", json.dumps(job.spec).encode())
         job_id = str(reply["job_id"])
         self.result.ids[job.key] = job_id
@@ -188,11 +192,14 @@ class Demo:
         return job_id
 
     def job(self, key: str) -> dict[str, Any]:
+        """The job's document as the API returns it now (also kept for the closing table)."""
         doc: dict[str, Any] = self.client_for(key).get(f"/v1/jobs/{self.result.ids[key]}")
         self.result.jobs[key] = doc
         return doc
 
     def wait_for(self, check: Callable[[], bool], timeout_s: float, what: str) -> None:
+        """Until ``check`` holds; a service that died or a bound passed ends the demo with an error
+        naming ``what``."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self.services.check_alive()
@@ -202,6 +209,8 @@ class Demo:
         raise GridledgerError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
     def settled(self, key: str) -> bool:
+        """Whether the job ended and its accounting is final: the closing table only shows settled
+        jobs."""
         doc = self.job(key)
         accounting = doc.get("accounting") or {}
         return doc.get("status") in TERMINAL_STATUSES and bool(accounting.get("final"))
@@ -305,6 +314,7 @@ def _short(text: str, width: int = 70) -> str:
 
 
 def main(settings: Settings, keep_running: bool = False) -> int:
+    """`gridledger demo`: the stack up, every demo job run to its end, then the closing table."""
     print("gridledger demo: bringing up the local stack")
     asyncio.run(stack.up(settings, report=lambda c: print(" ", c.line())))
     demo = Demo(settings, say=lambda line: print(line, flush=True))

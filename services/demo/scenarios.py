@@ -25,12 +25,15 @@ itself refuses its uploads (the "outputs failed to store" case, for real)."""
 
 @dataclass(frozen=True)
 class DemoNode:
+    """One agent of the demo fleet: where it is and the GPUs it declares."""
+
     node_id: str
     provider: str
     region: str
     gpus: list[dict[str, Any]]
 
     def inventory(self) -> dict[str, Any]:
+        """The declared inventory file's content."""
         return {"provider": self.provider, "region": self.region, "gpus": self.gpus}
 
 
@@ -69,6 +72,8 @@ class Expected:
 
 @dataclass(frozen=True)
 class DemoJob:
+    """One demo job: the spec that provokes a failure mode, and the outcome it must have."""
+
     key: str
     title: str
     spec: dict[str, Any]
