@@ -53,10 +53,14 @@ ROUTES = web.AppKey("routes", tuple)
 
 
 def new_job_id() -> str:
+    """A fresh job id for a submit without an idempotency key (one with a key derives its id from
+    it)."""
     return f"job-{secrets.token_hex(6)}"
 
 
 def not_found(job_id: str) -> web.HTTPNotFound:
+    """The 404 for a job this tenant does not own or that does not exist: the two look the same, so
+    ids cannot be probed."""
     return web.HTTPNotFound(
         text=_json_text(
             {
@@ -74,6 +78,7 @@ def _json_text(data: Any) -> str:
 
 
 def problem_response(status: int, items: list[problems.Problem], error: str) -> web.Response:
+    """A 4xx body listing each problem with its field and fix: every validation error's shape."""
     return web.json_response(
         {"error": error, "problems": [p.to_json() for p in items]}, status=status
     )
@@ -95,6 +100,11 @@ async def _own_job(request: web.Request) -> asyncpg.Record:
 
 
 async def submit_job(request: web.Request) -> web.Response:
+    """POST /v1/jobs: validate the spec, append JobSubmitted, answer 202 with the job's links.
+
+    Accepted, not created: the job is on the ledger, and the read models follow. A submit
+    repeated with its Idempotency-Key answers 200 with the job it made the first time.
+    """
     settings = request.app[SETTINGS]
     limit = settings.api_max_body_bytes
     if request.content_length is not None and request.content_length > limit:
@@ -237,6 +247,7 @@ async def _wait_recorded(pool: asyncpg.Pool, job_id: str, timeout: float) -> boo
 
 
 async def list_jobs(request: web.Request) -> web.Response:
+    """GET /v1/jobs: the tenant's jobs, newest first, a page at a time (with the next cursor)."""
     raw: dict[str, Any] = {k: request.query[k] for k in ("limit", "cursor") if k in request.query}
     raw["status"] = [s for v in request.query.getall("status", []) for s in v.split(",") if s]
     try:
@@ -286,12 +297,14 @@ def _query_problems(exc: ValidationError) -> list[problems.Problem]:
 
 
 async def get_job(request: web.Request) -> web.Response:
+    """GET /v1/jobs/{job_id}: the job's state, attempts, failure and accounting summary."""
     row = await _own_job(request)
     record = await queries.accounting(request.app[POOL], row["job_id"])
     return web.json_response(queries.job_document(row, record), dumps=_json_text)
 
 
 async def get_events(request: web.Request) -> web.Response:
+    """GET /v1/jobs/{job_id}/events: every event of the job, in ledger order."""
     row = await _own_job(request)
     events = await queries.events(request.app[POOL], row["job_id"])
     return web.json_response({"job_id": row["job_id"], "events": events}, dumps=_json_text)
@@ -311,6 +324,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 async def get_timeline(request: web.Request) -> web.Response:
+    """GET /v1/jobs/{job_id}/timeline: the job's and each attempt's states as time segments, for the
+    console."""
     row = await _own_job(request)
     history = await queries.history(request.app[POOL], row["job_id"])
     body = timeline(history, TERMINAL_STATUSES).model_dump(mode="json")
@@ -318,6 +333,7 @@ async def get_timeline(request: web.Request) -> web.Response:
 
 
 async def get_logs(request: web.Request) -> web.StreamResponse:
+    """GET /v1/jobs/{job_id}/logs: the stored log, or (``follow``) live until the job ends."""
     row = await _own_job(request)
     try:
         query = m.LogsQuery.model_validate(dict(request.query))
@@ -343,6 +359,7 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
 
 
 async def get_accounting(request: web.Request) -> web.Response:
+    """GET /v1/jobs/{job_id}/accounting: held, metered, billable, credited GPU time per attempt."""
     row = await _own_job(request)
     record = await queries.accounting(request.app[POOL], row["job_id"])
     if record is None:
@@ -412,11 +429,13 @@ async def artifact_url(request: web.Request) -> web.Response:
 
 
 async def list_accounting(request: web.Request) -> web.Response:
+    """GET /v1/accounting: the tenant's accounting records, newest first."""
     records = await queries.tenant_accounting(request.app[POOL], _tenant(request), 1000)
     return web.json_response({"records": records, "count": len(records)})
 
 
 async def cancel_job(request: web.Request) -> web.Response:
+    """POST /v1/jobs/{job_id}/cancel: append CancelRequested; an ended job answers 409."""
     row = await _own_job(request)
     if row["status"] in TERMINAL_STATUSES:
         return web.json_response(
@@ -508,6 +527,7 @@ reveal other tenants' work and stay out."""
 
 
 async def openapi(request: web.Request) -> web.Response:
+    """GET /openapi.json: the API's description, built from the same routes and models it serves."""
     return web.json_response(request.app[OPENAPI])
 
 

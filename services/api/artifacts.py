@@ -26,6 +26,8 @@ _TYPES = {"OutputStored": "output", "CheckpointStored": "checkpoint"}
 
 @dataclass(frozen=True)
 class Artifact:
+    """A stored output or checkpoint as the API lists it."""
+
     kind: Kind
     path: str
     """Relative to the attempt's output folder: ``model.pt``, ``ckpt/step_20.pt``."""
@@ -37,6 +39,7 @@ class Artifact:
     step: int | None = None
 
     def to_json(self, retention_days: int) -> dict[str, Any]:
+        """The listing entry, with when the object store will delete it."""
         return {
             "kind": self.kind,
             "path": self.path,
@@ -101,6 +104,7 @@ class Signer:
         )
 
     def retention_days(self, tenant: str) -> int:
+        """The tenant's retention; the platform default when the credentials file cannot be read."""
         default = self.settings.artifact_retention_days
         try:
             return self._clients.credentials().retention_days(tenant, default)

@@ -52,6 +52,7 @@ class Tokens:
 
 
 def unauthorized(path: Path, why: str) -> web.Response:
+    """The 401 for a missing or unknown token, saying where tokens come from."""
     return web.json_response(
         {
             "error": "unauthorized",

@@ -31,14 +31,17 @@ def _page(name: str) -> web.Response:
 
 
 async def jobs_page(request: web.Request) -> web.Response:
+    """The console's job list."""
     return _page("jobs")
 
 
 async def job_page(request: web.Request) -> web.Response:
+    """The console's page of one job."""
     return _page("job")
 
 
 async def fleet_page(request: web.Request) -> web.Response:
+    """The console's fleet page."""
     return _page("fleet")
 
 

@@ -61,6 +61,8 @@ def problem(
 
 
 def ledger_unavailable(settings: Settings, exc: BaseException) -> web.Response:
+    """The 503 (with Retry-After) for a submit or cancel while the broker is away: nothing was
+    appended."""
     retry = settings.api_retry_after_s
     return problem(
         503,
@@ -75,6 +77,7 @@ def ledger_unavailable(settings: Settings, exc: BaseException) -> web.Response:
 
 
 def read_models_unavailable(settings: Settings, exc: BaseException) -> web.Response:
+    """The 503 (with Retry-After) for a read while Postgres is away."""
     retry = settings.api_retry_after_s
     return problem(
         503,

@@ -43,10 +43,13 @@ REMEMBERED_KEYS = 100_000
 
 
 def job_id_for(tenant: str, key: str) -> str:
+    """The job id of a keyed submit: the same tenant and key always name the same job."""
     return "job-" + hashlib.sha256(f"{tenant}\0{key}".encode()).hexdigest()[:12]
 
 
 def event_id_for(tenant: str, key: str) -> str:
+    """The JobSubmitted id of a keyed submit, so a retried append is the same event, not a second
+    one."""
     return derived_event_id(f"{tenant}:{key}", "api-submit")
 
 

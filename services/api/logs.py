@@ -38,6 +38,7 @@ KEEPALIVE_S = 15.0
 
 
 def chunk_json(chunk: dict[str, Any]) -> dict[str, Any]:
+    """A stored chunk row as one NDJSON line of the log stream."""
     out = {
         k: chunk[k]
         for k in ("attempt", "stream", "seq", "first_line", "line_count", "data", "truncated")
@@ -48,6 +49,7 @@ def chunk_json(chunk: dict[str, Any]) -> dict[str, Any]:
 
 
 def chunk_dict(chunk: LogChunk) -> dict[str, Any]:
+    """A LogChunk event shaped as a stored row, so live and stored chunks are written alike."""
     return {
         "attempt": chunk.attempt,
         "stream": chunk.stream,
@@ -69,6 +71,8 @@ class LogWriter:
         self.sent: set[ChunkKey] = set()
 
     async def write(self, chunks: Iterable[dict[str, Any]]) -> None:
+        """Write the chunks not yet sent (the stored and the live reads overlap; each chunk goes out
+        once)."""
         out = []
         for chunk in chunks:
             key = (chunk["attempt"], chunk["stream"], chunk["seq"])
@@ -91,6 +95,7 @@ class LogWriter:
             await self.response.write(b'{"keepalive": true}\n')
 
     async def end(self, status: str | None) -> None:
+        """End the stream; in NDJSON with a last line giving the job's status."""
         if self.ndjson:
             await self.response.write((json.dumps({"end": True, "status": status}) + "\n").encode())
         await self.response.write_eof()
@@ -142,6 +147,8 @@ async def serve_logs(
     since: datetime | None = None,
     tail: int | None = None,
 ) -> web.StreamResponse:
+    """Answer a log request: the stored chunks, then, when following, the live ones until the job
+    ends."""
     response = web.StreamResponse(
         headers={"Content-Type": NDJSON if ndjson else TEXT, "Cache-Control": "no-cache"}
     )

@@ -18,6 +18,8 @@ from schemas.views import JobStatus, JobView
 
 
 class ApiModel(BaseModel):
+    """The base of the API's request and reply models: an unknown field is an error, not ignored."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -36,6 +38,8 @@ class ListJobsQuery(ApiModel):
 
 
 class LogsQuery(ApiModel):
+    """The query of GET /v1/jobs/{job_id}/logs."""
+
     follow: bool = Field(False, description="stream live until the job ends")
     attempt: int | None = Field(None, ge=1, description="only this attempt")
     stream: Literal["stdout", "stderr", "system"] | None = None
@@ -55,6 +59,8 @@ class LogsQuery(ApiModel):
 
 
 class Links(ApiModel):
+    """Where a job's other resources are."""
+
     self: str
     events: str
     logs: str
@@ -66,6 +72,8 @@ class Links(ApiModel):
 
 
 class Problem(ApiModel):
+    """One thing wrong with a request: the field, what is wrong, and how to fix it."""
+
     field: str = Field(examples=["resources.gpus"])
     problem: str
     fix: str
@@ -137,6 +145,8 @@ class JobPage(ApiModel):
 
 
 class AccountingSummary(ApiModel):
+    """The job's accounting totals, as the job document carries them; null before any record."""
+
     final: bool | None
     held_seconds: float | None
     gpu_seconds: float | None
@@ -175,6 +185,8 @@ assert set(ENVELOPE_FIELDS) <= set(EventRecord.model_fields)
 
 
 class EventList(ApiModel):
+    """The reply of GET /v1/jobs/{job_id}/events."""
+
     job_id: str
     events: list[EventRecord]
 
@@ -218,22 +230,30 @@ class Artifact(ApiModel):
 
 
 class ArtifactList(ApiModel):
+    """The reply of GET /v1/jobs/{job_id}/artifacts."""
+
     job_id: str
     retention_days: int
     artifacts: list[Artifact]
 
 
 class ArtifactQuery(ApiModel):
+    """Which artifact a download asks for."""
+
     path: str = Field(description="as listed by GET /v1/jobs/{job_id}/artifacts")
     attempt: int | None = Field(None, ge=1, description="which attempt's copy (default: latest)")
 
 
 class SignedArtifact(Artifact):
+    """An artifact with a short-lived download URL signed with the tenant's reader key."""
+
     url: str = Field(description="a short-lived download URL")
     url_expires_at: datetime
 
 
 class AccountingRow(ApiModel):
+    """One job's accounting totals in the tenant's listing."""
+
     job_id: str
     status: str
     final: bool
@@ -248,17 +268,23 @@ class AccountingRow(ApiModel):
 
 
 class AccountingList(ApiModel):
+    """The reply of GET /v1/accounting."""
+
     records: list[AccountingRow]
     count: int
 
 
 class CancelAccepted(ApiModel):
+    """The reply to an accepted cancel: the CancelRequested event it appended."""
+
     job_id: str
     cancel_requested: bool
     event_id: str
 
 
 class NodeGpu(BaseModel):
+    """One GPU of a node as the fleet listing shows it (more fields may follow)."""
+
     model_config = ConfigDict(extra="allow")
 
     index: int
@@ -267,6 +293,8 @@ class NodeGpu(BaseModel):
 
 
 class YourAttempt(ApiModel):
+    """One of the tenant's attempts running on a node."""
+
     job_id: str
     attempt: int
     status: str = Field(description="the attempt's state (scheduled, starting, running, ...)")
@@ -308,10 +336,14 @@ class NodeDocument(ApiModel):
 
 
 class NodeList(ApiModel):
+    """The reply of GET /v1/nodes."""
+
     nodes: list[NodeDocument]
 
 
 class CheckResult(BaseModel):
+    """One readiness check of a service."""
+
     model_config = ConfigDict(extra="allow")
 
     name: str
@@ -320,6 +352,8 @@ class CheckResult(BaseModel):
 
 
 class Liveness(BaseModel):
+    """A service's answer to /livez: it runs."""
+
     model_config = ConfigDict(extra="allow")
 
     service: str
@@ -329,6 +363,8 @@ class Liveness(BaseModel):
 
 
 class Readiness(BaseModel):
+    """A service's answer to /readyz: its checks, and whether all pass."""
+
     model_config = ConfigDict(extra="allow")
 
     service: str

@@ -39,12 +39,16 @@ class Reply:
 
 @dataclass(frozen=True)
 class Header:
+    """A response header an operation documents (Location, Retry-After ...)."""
+
     name: str
     description: str
 
 
 @dataclass(frozen=True)
 class Operation:
+    """One route: its handler and what the API description says of it, declared once for both."""
+
     method: str
     path: str
     handler: Handler

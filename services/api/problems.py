@@ -25,6 +25,7 @@ class Problem:
     fix: str
 
     def to_json(self) -> dict[str, str]:
+        """The problem as the API's error body lists it."""
         return asdict(self)
 
 

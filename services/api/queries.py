@@ -31,6 +31,7 @@ async def job_row(pool: asyncpg.Pool, tenant: str, job_id: str) -> asyncpg.Recor
 
 
 async def job_recorded(pool: asyncpg.Pool, job_id: str) -> bool:
+    """Whether the sink has stored the job (a submit is on the ledger before it is here)."""
     return await pool.fetchval("SELECT 1 FROM jobs WHERE job_id = $1", job_id) is not None
 
 
@@ -102,11 +103,13 @@ def decode_cursor(token: str) -> JobCursor:
 
 
 async def accounting(pool: asyncpg.Pool, job_id: str) -> dict[str, Any] | None:
+    """The job's stored accounting record, or None before the first one."""
     record = await pool.fetchval("SELECT record FROM accounting_records WHERE job_id = $1", job_id)
     return _json(record) if record is not None else None
 
 
 def accounting_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The totals of an accounting record that the job document shows."""
     if record is None:
         return None
     keys = (
@@ -136,6 +139,7 @@ def job_document(row: asyncpg.Record, record: dict[str, Any] | None) -> dict[str
 
 
 def links(job_id: str) -> dict[str, str]:
+    """The paths of a job's resources."""
     base = f"/v1/jobs/{job_id}"
     return {
         "self": base,
@@ -150,6 +154,7 @@ def links(job_id: str) -> dict[str, str]:
 
 
 async def events(pool: asyncpg.Pool, job_id: str) -> list[dict[str, Any]]:
+    """The job's stored events, in ledger order, each with its sequence number."""
     rows = await pool.fetch(
         "SELECT seq, payload FROM job_events WHERE job_id = $1 ORDER BY seq", job_id
     )
@@ -167,6 +172,7 @@ async def history(pool: asyncpg.Pool, job_id: str) -> list[tuple[int, Event]]:
 async def log_chunks(
     pool: asyncpg.Pool, job_id: str, attempt: int | None, stream: str | None
 ) -> list[dict[str, Any]]:
+    """The job's stored log chunks, in order, optionally of one attempt or stream."""
     rows = await pool.fetch(
         "SELECT attempt, stream, seq, first_line, line_count, data, truncated, occurred_at "
         "FROM log_chunks WHERE job_id = $1 AND ($2::int IS NULL OR attempt = $2) "
@@ -179,6 +185,7 @@ async def log_chunks(
 
 
 async def accounting_attempts(pool: asyncpg.Pool, job_id: str) -> list[dict[str, Any]]:
+    """The per-attempt accounting rows of a job."""
     rows = await pool.fetch(
         "SELECT * FROM accounting_attempts WHERE job_id = $1 ORDER BY attempt", job_id
     )
@@ -186,6 +193,7 @@ async def accounting_attempts(pool: asyncpg.Pool, job_id: str) -> list[dict[str,
 
 
 async def nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:
+    """Every node the sink has seen, with its inventory and its latest GPU usage."""
     rows = await pool.fetch("SELECT * FROM nodes ORDER BY node_id")
     out = []
     for r in rows:
@@ -221,6 +229,7 @@ async def tenant_live_attempts(pool: asyncpg.Pool, tenant: str) -> dict[str, lis
 
 
 async def job_status(pool: asyncpg.Pool, job_id: str) -> str | None:
+    """The job's stored status, or None when it is not stored (yet)."""
     return await pool.fetchval("SELECT status FROM jobs WHERE job_id = $1", job_id)
 
 

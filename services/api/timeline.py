@@ -24,6 +24,8 @@ class _Model(BaseModel):
 
 
 class TimelineEvent(_Model):
+    """One event on the timeline, placed on its lane."""
+
     seq: int
     event_id: str
     type: str
@@ -34,12 +36,16 @@ class TimelineEvent(_Model):
 
 
 class Segment(_Model):
+    """A stretch of time one state held."""
+
     state: str
     start: datetime
     end: datetime | None = Field(description="null: the state still holds")
 
 
 class Lane(_Model):
+    """A row of the timeline: the job's states, or one attempt's."""
+
     key: str = Field(description="`job`, or `attempt-N`")
     label: str
     attempt: int = 0
@@ -59,6 +65,8 @@ class Window(_Model):
 
 
 class Timeline(_Model):
+    """A job's history as lanes of state segments, for the console's timeline view."""
+
     job_id: str
     start: datetime | None
     end: datetime | None = Field(description="the last event's time")
