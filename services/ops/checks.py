@@ -35,6 +35,8 @@ DEFAULT_TIMEOUT_S = 3.0
 
 @dataclass(frozen=True)
 class CheckResult:
+    """One check's answer: ok or not, why, and whether the service's readiness depends on it."""
+
     name: str
     ok: bool
     detail: str
@@ -43,6 +45,7 @@ class CheckResult:
     """False: a failure degrades the service but leaves it ready (see :class:`Optional`)."""
 
     def to_json(self) -> dict[str, Any]:
+        """The result as /readyz lists it."""
         return {
             "name": self.name,
             "ok": self.ok,
@@ -53,9 +56,13 @@ class CheckResult:
 
 
 class Check(Protocol):
+    """A readiness check: a name and a probe that answers, never raises (a failure is an answer)."""
+
     name: str
 
-    async def probe(self) -> CheckResult: ...
+    async def probe(self) -> CheckResult:
+        """Ask the dependency now; a failure is a result with ``ok`` false, not an exception."""
+        ...
 
 
 class Optional:
@@ -71,10 +78,12 @@ class Optional:
         self.name = check.name
 
     async def probe(self) -> CheckResult:
+        """The wrapped check's result, marked not critical."""
         result = await self.check.probe()
         return CheckResult(result.name, result.ok, result.detail, result.data, critical=False)
 
     async def close(self) -> None:
+        """Close the wrapped check's connection, if it holds one."""
         close = getattr(self.check, "close", None)
         if close is not None:
             await close()
@@ -105,6 +114,7 @@ async def run_checks(
 
 
 async def close_checks(checks: Iterable[Check]) -> None:
+    """Close every check that holds a connection, at the service's stop."""
     for check in checks:
         close = getattr(check, "close", None)
         if close is not None:
@@ -123,6 +133,7 @@ class PostgresCheck:
         self.dsn = dsn
 
     async def probe(self) -> CheckResult:
+        """``SELECT 1`` on the pool, or on a fresh connection when the check has only a DSN."""
         if self.pool is not None:
             value = await self.pool.fetchval("SELECT 1")
         else:
@@ -143,6 +154,7 @@ class DockerCheck:
         self._ping = ping
 
     async def probe(self) -> CheckResult:
+        """Ping the Docker daemon (on a thread: the SDK blocks)."""
         answer = await asyncio.to_thread(self._ping)
         return CheckResult(self.name, bool(answer), "the daemon answered /_ping")
 
@@ -161,6 +173,7 @@ class LagCheck:
         self.max_lag = max_lag
 
     async def probe(self) -> CheckResult:
+        """Record each partition's lag as a metric; ok while the total is at most ``max_lag``."""
         lags = await self.source()
         known = {tp: lag for tp, lag in lags.items() if lag is not None}
         for (topic, partition), lag in known.items():
@@ -211,5 +224,6 @@ class StateCheck:
         self._state = state
 
     async def probe(self) -> CheckResult:
+        """What the service itself says of its state."""
         ok, detail = self._state()
         return CheckResult(self.name, ok, detail)

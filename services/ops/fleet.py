@@ -57,6 +57,8 @@ class RestartPolicy(BaseModel):
 
 
 class ServiceEntry(BaseModel):
+    """One service of a fleet file: its command, environment, ops port and whether it restarts."""
+
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
@@ -67,6 +69,8 @@ class ServiceEntry(BaseModel):
 
 
 class AgentEntry(BaseModel):
+    """One agent of a fleet file: its node, placement labels, inventory and extra flags."""
+
     model_config = ConfigDict(extra="forbid")
 
     node_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
@@ -80,6 +84,9 @@ class AgentEntry(BaseModel):
 
 
 class Fleet(BaseModel):
+    """A fleet file: what `gridledger run` starts and supervises, with the environment they
+    share."""
+
     model_config = ConfigDict(extra="forbid")
 
     env: dict[str, str] = Field(default_factory=dict)

@@ -22,6 +22,8 @@ from services.ops.supervisor import fetch_json, supervisor_alive
 
 @dataclass(frozen=True)
 class Target:
+    """A service to ask for its health: its name, ops URL and what the supervisor says of it."""
+
     name: str
     ops_url: str | None
     state: str = ""
@@ -31,6 +33,7 @@ class Target:
 
 
 def state_file(home: Path) -> Path:
+    """The supervisor's state file (its services, their pids and ops ports) in the home."""
     return home / "run" / "fleet.json"
 
 
@@ -57,6 +60,7 @@ def targets_from_state(path: Path) -> tuple[list[Target], bool]:
 
 
 def parse_urls(pairs: Sequence[str]) -> list[Target]:
+    """``name=url`` pairs given on the command line; a ValueError names a malformed one."""
     targets = []
     for pair in pairs:
         name, sep, url = pair.partition("=")
@@ -100,6 +104,7 @@ def probe(target: Target, timeout_s: float) -> dict[str, Any]:
 
 
 def collect(targets: Sequence[Target], timeout_s: float = 3.0) -> list[dict[str, Any]]:
+    """Ask every target at once (threads: one slow service must not delay the others' answers)."""
     if not targets:
         return []
     with ThreadPoolExecutor(min(16, len(targets))) as pool:
@@ -107,6 +112,7 @@ def collect(targets: Sequence[Target], timeout_s: float = 3.0) -> list[dict[str,
 
 
 def render(rows: Sequence[dict[str, Any]]) -> str:
+    """The `gridledger health` table: each service's state, readiness and failing checks."""
     from services.cli import render as cli_render
 
     table = []
@@ -162,6 +168,7 @@ def report(
 
 
 def render_report(data: dict[str, Any]) -> str:
+    """The table and a closing verdict (all ready, or which are not)."""
     rows = data["services"]
     verdict = (
         "all ready"

@@ -122,11 +122,14 @@ class _ContextFilter(logging.Filter):
 
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line, with the service's name and the job context a record carries."""
+
     def __init__(self, service: str) -> None:
         super().__init__()
         self.service = service
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one JSON line; a traceback becomes one ``error`` string."""
         entry: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,

@@ -31,6 +31,8 @@ def run_fleet(
     say: Callable[[str], None] = print,
     stop: threading.Event | None = None,
 ) -> int:
+    """`gridledger run`: start a fleet file's services and agents and supervise them until
+    ``stop``; a fleet that does not come up raises, naming what did not."""
     fleet = load_fleet(fleet_path)
     specs = fleet.specs(fleet_path.resolve().parent)
     state = health.state_file(settings.home)

@@ -50,6 +50,7 @@ class OpsEndpoints:
         self.started_at = time.time()
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Run the checks; ready when every critical one passes."""
         results = await run_checks(self.checks)
         ready = all(r.ok for r in results if r.critical)
         return ready, {
@@ -61,6 +62,7 @@ class OpsEndpoints:
         }
 
     async def healthz(self, request: web.Request) -> web.Response:
+        """/healthz: the process runs and answers (liveness, no checks)."""
         return web.json_response(
             {
                 "service": self.service,
@@ -71,10 +73,13 @@ class OpsEndpoints:
         )
 
     async def readyz(self, request: web.Request) -> web.Response:
+        """/readyz: 200 when ready, 503 when not, with every check's result either way."""
         ready, body = await self.readiness()
         return web.json_response(body, status=200 if ready else 503)
 
     async def metrics(self, request: web.Request) -> web.Response:
+        """/metrics: the scrape hooks run first, so gauges like lag are current; a failing hook
+        is logged, the page still served."""
         for hook in self.scrape_hooks:
             try:
                 await hook()
@@ -86,6 +91,7 @@ class OpsEndpoints:
         return response
 
     def add_routes(self, app: web.Application) -> None:
+        """Mount /healthz, /readyz and /metrics on ``app`` (the API serves them on its own port)."""
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
@@ -102,9 +108,11 @@ class OpsServer:
 
     @property
     def enabled(self) -> bool:
+        """Whether an ops port was given (0 turns the server off)."""
         return self.port > 0
 
     async def start(self) -> OpsServer:
+        """Serve on the ops port, unless it is off."""
         if not self.enabled:
             return self
         app = web.Application()
@@ -122,6 +130,7 @@ class OpsServer:
         return self
 
     async def stop(self) -> None:
+        """Stop serving and close the checks' connections."""
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

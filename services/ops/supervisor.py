@@ -48,6 +48,8 @@ POLL_S = 0.2
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now on ``host`` (the OS picks it); another process may still take it before
+    it is bound."""
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
@@ -73,13 +75,16 @@ class Child:
 
     @property
     def pid(self) -> int | None:
+        """The running process's pid, or None between runs."""
         return self.process.pid if self.process is not None else None
 
     @property
     def name(self) -> str:
+        """The service's name, from its spec."""
         return self.spec.name
 
     def alive(self) -> bool:
+        """Whether the process runs now."""
         return self.process is not None and self.process.poll() is None
 
 
@@ -126,6 +131,7 @@ class Supervisor:
         return child
 
     def start_all(self, specs: Iterable[ServiceSpec]) -> None:
+        """Start every service; each is supervised from its start on."""
         for spec in specs:
             self.start(spec)
 
@@ -243,6 +249,7 @@ class Supervisor:
                     )
 
     def ops_url(self, name: str) -> str | None:
+        """Where the service's ops server answers, or None when it runs without one."""
         child = self.children[name]
         if not child.ops_port:
             return None
@@ -347,6 +354,8 @@ class Supervisor:
     # ------------------------------------------------------------------ state file
 
     def status(self) -> list[dict[str, Any]]:
+        """Every service's state, pids and restarts, as the state file and `gridledger health`
+        show them."""
         with self._lock:
             return [
                 {

@@ -101,6 +101,8 @@ def sink_endpoints(settings: Settings, sink: Any) -> OpsEndpoints:
 
 
 def scheduler_endpoints(settings: Settings, scheduler: Any) -> OpsEndpoints:
+    """Scheduler: broker, state rebuilt from the topics, live decisions running, lag."""
+
     def rebuilt() -> tuple[bool, str]:
         if scheduler.ready.is_set():
             state = scheduler.state
