@@ -129,7 +129,7 @@ class Step:
             if record.value is None:
                 continue  # a tombstone: nothing to apply
             try:
-                value = codec.decode(record.value)
+                value = codec.decode(record.value, trusted=True)  # the ledger's own topics
             except EventDecodeError as exc:
                 await self.retrying(
                     partial(self.ledger.dead_letter, record, exc, self.consumer_name)
