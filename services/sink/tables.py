@@ -8,10 +8,12 @@ a new column is added to a migration *and* here, or that test fails.
 
 Writing a batch: each table's rows go to Postgres by binary ``COPY`` into a temporary
 staging table of the same columns (no constraints, private to the connection), then one
-``INSERT … SELECT … ON CONFLICT`` moves them into the table. COPY's binary rows cost
-Postgres far less to read than one array parameter per column expanded by ``unnest``,
-and the statement per table stays one whatever the batch size. Everything runs in the
-caller's transaction, so the rows commit (or roll back) with the offsets.
+``INSERT … SELECT … ON CONFLICT`` moves them into the table: one path for every table
+and column type (arrays included), one statement per table whatever the batch size.
+At the sink's 2,000-record batches it costs Postgres about what the earlier
+``unnest`` of one array parameter per column did (bench/README.md, sink); COPY's
+advantage grows with the batch. Everything runs in the caller's transaction, so the
+rows commit (or roll back) with the offsets.
 """
 
 from __future__ import annotations
