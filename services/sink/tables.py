@@ -11,9 +11,9 @@ staging table of the same columns (no constraints, private to the connection), t
 ``INSERT … SELECT … ON CONFLICT`` moves them into the table: one path for every table
 and column type (arrays included), one statement per table whatever the batch size.
 At the sink's 2,000-record batches it costs Postgres about what the earlier
-``unnest`` of one array parameter per column did (bench/README.md, sink); COPY's
-advantage grows with the batch. Everything runs in the caller's transaction, so the
-rows commit (or roll back) with the offsets.
+``unnest`` of one array parameter per column did (bench/README.md, sink; other batch
+sizes were not measured). Everything runs in the caller's transaction, so the rows
+commit (or roll back) with the offsets.
 """
 
 from __future__ import annotations
