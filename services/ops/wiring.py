@@ -137,25 +137,18 @@ def processors_endpoints(settings: Settings, processors: Any) -> OpsEndpoints:
         return True, f"processors {','.join(processors.only)} running"
 
     def group() -> tuple[bool, str]:
-        if app.rebalancing:
+        member = processors.consumer
+        if member.rebalancing:
             return False, f"group {processors.app_id} is rebalancing"
-        try:
-            assigned = app.consumer.assignment()
-        except Exception as exc:  # noqa: BLE001 - not started: not a member
-            return False, f"not a member of {processors.app_id} yet ({exc})"
-        if not app.consumer_generation_id:
+        if member.kafka is None or not member.generations:
             return False, f"not a member of {processors.app_id} yet"
         return True, (
-            f"member of {processors.app_id} (generation {app.consumer_generation_id}), "
-            f"{len(assigned)} partition(s) assigned"
+            f"member of {processors.app_id} ({member.generations} assignment(s) so far), "
+            f"{len(processors.assignment())} partition(s) assigned"
         )
 
     def consumer() -> Any:
-        try:
-            app.consumer.assignment()
-        except Exception:  # noqa: BLE001 - not started yet
-            return None
-        return app.consumer
+        return processors.consumer.kafka
 
     lag = _lag(settings, consumer)
     checks: list[Check] = [

@@ -1,4 +1,4 @@
-"""The stream processors as one faust agent (faust-streaming 0.15.3) per worker.
+"""The stream processors: one faust app (faust-streaming 0.15.3) per worker.
 
 Processors (``--only`` picks a subset; each subset is its own consumer group):
 
@@ -9,25 +9,29 @@ Processors (``--only`` picks a subset; each subset is its own consumer group):
   (FailureClassified, RetryScheduled, the terminal event).
 - ``accounting``: job-events + meter-ticks -> ``projections.accounting.account`` -> ``accounting``.
 
-One agent consumes every topic the chosen processors read (job-events, plus
-heartbeats for the watchdog and meter-ticks for accounting) and hands each batch
-to :class:`.step.Step`, which offers every record to each chosen processor: a
-record goes through faust once and is decoded once, and the batch's sends are
-awaited once. (Earlier there was one agent per processor on the same topic;
-faust's per-record delivery then cost more than the processors themselves.)
+One Kafka group consumer (:class:`JobEventsConsumer`, a faust/mode ``Service``
+of the app) reads every topic the chosen processors read (job-events, plus
+heartbeats for the watchdog and meter-ticks for accounting) a whole batch at a
+time (``getmany``) and hands each batch to :class:`.step.Step`, which offers
+every record to each chosen processor: a record is fetched and decoded once,
+and the batch's sends are awaited once. Only then are the batch's offsets
+committed, so a crash re-delivers exactly what was not yet acknowledged.
 
-faust is used for what it is good at here (group membership, partition
-assignment, per-partition ordered delivery, offset commits after the agent moved
-on); its exactly-once mode, tables and changelogs are not used. Topics are
-declared with their real partition counts and ``internal=False`` so faust never
-creates them; values are raw bytes decoded with the one codec. The agent runs
-with ``concurrency=1``. Correctness across crashes comes from deterministic
-event ids and from the :class:`.store.JobStore` rebuild, not from faust.
+faust is the worker's framework: the app and its lifecycle, the consumer as one
+of its services, the watchdog's timer, its sensors. Its own consumer, agents
+and conductor are switched off (``BootStrategy(enable_kafka=False)``): faust
+delivers records one callback at a time, about 200 us of CPU per record on a
+small machine before any of ours, which capped a worker near 5,000 records/s;
+a batch from ``getmany`` costs a few microseconds per record (see
+bench/README.md, pipeline). Correctness across crashes comes from committing
+after the acks, deterministic event ids and the :class:`.store.JobStore`
+rebuild, not from faust.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import socket
@@ -38,6 +42,10 @@ from datetime import datetime
 from typing import Any
 
 import faust
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import CommitFailedError, ConsumerStoppedError, KafkaError
+from mode import Service
 
 from schemas.events import Event
 from services.clock import utcnow
@@ -57,12 +65,13 @@ PROCESSORS = ("dispatch", "state", "watchdog", "classifier", "accounting")
 are :data:`projections.decisions.DECISION_PRODUCERS`, a different list."""
 
 BATCH_MAX = 1000
-"""Records the agent takes at once; their side effects are awaited together."""
+"""Records the consumer takes at once; their side effects are awaited together."""
 PROBE_TIMEOUT_MS = 2000
 """How long the watchdog's probe of the heartbeat end offsets may take: a broker that
 does not answer within it counts as unreachable (the watchdog is deaf)."""
-BATCH_WITHIN_S = 0.02
-"""How long the agent waits to fill a batch (added latency at low traffic)."""
+POLL_TIMEOUT_MS = 200
+"""How long one ``getmany`` waits when nothing is there (it returns at once when
+records are: no added latency, and batches grow with the load)."""
 
 
 def app_id_for(settings: Settings, only: Iterable[str]) -> str:
@@ -130,13 +139,14 @@ class Processors:
         if "watchdog" in chosen:
             self.store.on_job_changed.append(self._dirty.add)
             self.store.on_heartbeat.append(self._beaten.add)
+        self.consumer = JobEventsConsumer(self)
         self.app = self._build_app()
         self._started = False
         self.crashed = asyncio.Event()
         """Set when a processor failed; the worker must stop without a graceful commit."""
         self.error: BaseException | None = None
 
-    async def _fail(self, exc: Exception) -> None:
+    async def fail(self, exc: Exception) -> None:
         """Crash-only: never return, so faust never acks (and commits) the failed batch.
 
         Leaving the loop body with an exception would close ``take_events``, which acks
@@ -156,57 +166,24 @@ class Processors:
         app = faust.App(
             self.app_id,
             broker=f"kafka://{s.kafka_bootstrap}",
-            processing_guarantee="at_least_once",
             web_enabled=False,
             autodiscover=False,
-            topic_disable_leader=True,
-            topic_allow_declare=False,
-            topic_partitions=s.job_partitions,
-            consumer_auto_offset_reset="earliest",
-            broker_commit_interval=1.0,
-            broker_session_timeout=s.processors_session_timeout_s,
-            broker_heartbeat_interval=s.processors_heartbeat_interval_s,
-            # A restarted worker rejoins quickly; do not wait a minute for the dead member.
-            broker_rebalance_timeout=max(s.processors_session_timeout_s, 10.0),
-            producer_acks=-1,
-            stream_wait_empty=False,
             store="memory://",
             # faust keeps a data folder per app; under the home, not the working directory.
             datadir=str(s.home / "faust" / "{conf.id}-data"),
         )
-        # One channel over every topic the chosen processors read: each record is
-        # delivered (and acked) once, whatever the number of processors.
-        channel = app.topic(
-            *(s.topic(suffix) for suffix in topics_for(self.only)),
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=s.job_partitions,
-            internal=False,
-        )
-        step = self.step
-
-        async def process(stream: faust.StreamT) -> None:
-            # faust acks a batch from take_events only after this body returns, so every
-            # append and publish of the batch is on the broker before its offsets commit.
-            async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):  # type: ignore[attr-defined]
-                try:
-                    await step.run([event.message for event in events])
-                except Exception as exc:  # noqa: BLE001 - crash-only: _fail logs it and parks
-                    await self._fail(exc)
-
-        app.agent(channel, name="processors", concurrency=1)(process)
+        # No faust consumer, producer, conductor or tables: the records come in batches
+        # from JobEventsConsumer and the sends go out through the Ledger's producer.
+        app.boot_strategy = faust.App.BootStrategy(app, enable_kafka=False)
+        app.add_dependency(self.consumer)
         if "watchdog" in self.only:
             app.timer(interval=s.watchdog_tick_s, name="watchdog-timer")(self._watchdog_tick)
-
-        @app.on_partitions_revoked.connect  # type: ignore[misc, arg-type]
-        async def _revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
-            for tp in revoked:
-                if tp.topic == s.topic("job-events"):
-                    self.store.forget_partition(tp.partition)
-
         return app
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this worker consumes now (empty before it joined its group)."""
+        kafka = self.consumer.kafka
+        return set(kafka.assignment()) if kafka is not None else set()
 
     # ----------------------------------------------------------------------- watchdog
 
@@ -259,7 +236,7 @@ class Processors:
         """
         topic = self.settings.topic("heartbeats")
         tps = sorted(
-            (tp for tp in self.app.consumer.assignment() if tp.topic == topic),
+            (tp for tp in self.assignment() if tp.topic == topic),
             key=lambda tp: tp.partition,
         )
         if not tps:
@@ -278,7 +255,7 @@ class Processors:
         processed = dict(self.step.heard_offsets)
         for tp in tps:
             if tp.partition not in processed:
-                position = await self.app.consumer.position(tp)
+                position = await self.consumer.position(tp)
                 if position is not None:
                     processed[tp.partition] = position
         while self._probes and all(
@@ -289,7 +266,7 @@ class Processors:
 
     async def _watchdog_check(self, now: datetime) -> None:
         topic = self.settings.topic("job-events")
-        assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == topic}
+        assigned = {tp.partition for tp in self.assignment() if tp.topic == topic}
         for partition in assigned:
             await self.store.ensure(partition, now)
         partitions = self.settings.job_partitions
@@ -354,6 +331,131 @@ class Processors:
             await asyncio.Event().wait()
         finally:
             await self.stop()
+
+
+class JobEventsConsumer(Service):
+    """The worker's hot path: a Kafka group consumer that takes whole batches.
+
+    One member of the worker's consumer group (:func:`app_id_for`) on every topic the
+    chosen processors read. Each ``getmany`` batch (records in partition order) goes
+    through :meth:`.step.Step.run`, which returns once the broker acknowledged every
+    send the batch led to; only then are the batch's offsets committed. A failed step
+    crashes the worker without a commit (:meth:`Processors.fail`), and a batch cut
+    short by a stop or a rebalance is simply re-delivered: every derived event has a
+    deterministic id, so a repeat is a duplicate every reader drops.
+    """
+
+    def __init__(self, processors: Processors) -> None:
+        super().__init__()
+        self.processors = processors
+        self.kafka: AIOKafkaConsumer | None = None
+        """The aiokafka consumer while the service runs."""
+        self.generations = 0
+        """How many assignments this member received (0: not a member yet)."""
+        self.rebalancing = False
+        """Between a revoke and the next assignment."""
+        self.in_batch = asyncio.Lock()
+        """Held while a batch is applied and committed; a revoke waits for it."""
+        self._task: asyncio.Task[None] | None = None
+
+    async def on_start(self) -> None:
+        p = self.processors
+        s = p.settings
+        if not isinstance(p.ledger, Ledger):
+            raise TypeError(
+                f"the processors' consumer reads Kafka: build_processors needs the Kafka "
+                f"Ledger to start the worker, not {type(p.ledger).__name__} (drive "
+                "Processors.step directly with a fake ledger instead)"
+            )
+        kafka = p.ledger.consumer(
+            group_id=p.app_id,
+            session_timeout_ms=int(s.processors_session_timeout_s * 1000),
+            heartbeat_interval_ms=int(s.processors_heartbeat_interval_s * 1000),
+            # A restarted worker rejoins quickly; do not wait a minute for the dead member.
+            rebalance_timeout_ms=int(max(s.processors_session_timeout_s, 10.0) * 1000),
+            max_poll_records=BATCH_MAX,
+        )
+        kafka.subscribe(
+            topics=[s.topic(suffix) for suffix in topics_for(p.only)], listener=_Rebalance(self)
+        )
+        await kafka.start()
+        self.kafka = kafka
+        self._task = asyncio.create_task(self._consume(kafka), name="processors-consume")
+
+    async def on_stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.kafka is not None:
+            await self.kafka.stop()
+            self.kafka = None
+
+    async def position(self, tp: TopicPartition) -> int | None:
+        """The next offset this member will read of ``tp`` (None: not assigned)."""
+        if self.kafka is None or tp not in self.kafka.assignment():
+            return None
+        return await self.kafka.position(tp)
+
+    async def _consume(self, kafka: AIOKafkaConsumer) -> None:
+        p = self.processors
+        step = p.step
+        while True:
+            try:
+                fetched = await kafka.getmany(timeout_ms=POLL_TIMEOUT_MS, max_records=BATCH_MAX)
+            except ConsumerStoppedError:
+                return
+            except KafkaError as exc:
+                if not broker_unavailable(exc):
+                    await p.fail(exc)
+                step.outage.down(exc)
+                await asyncio.sleep(self.processors.settings.reconnect_backoff().initial_s)
+                continue
+            if not fetched:
+                continue
+            records: list[ConsumerRecord[bytes, bytes]] = [
+                record for batch in fetched.values() for record in batch
+            ]
+            async with self.in_batch:
+                try:
+                    await step.run(records)
+                except Exception as exc:  # noqa: BLE001 - crash-only: fail logs it and parks
+                    await p.fail(exc)
+                await self._commit(
+                    kafka, {tp: batch[-1].offset + 1 for tp, batch in fetched.items()}
+                )
+
+    async def _commit(self, kafka: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
+        """Commit a batch's offsets, through a broker outage; a batch whose partitions
+        moved to another member meanwhile is not committed (that member reads it again)."""
+        try:
+            await self.processors.step.retrying(lambda: kafka.commit(offsets))
+        except CommitFailedError as exc:
+            log.warning("offsets of a batch not committed (%s); it is read again", exc)
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Lets a batch in flight finish (and commit) before its partitions move; forgets
+    the rebuilt state of a job-events partition this worker no longer owns."""
+
+    def __init__(self, consumer: JobEventsConsumer) -> None:
+        self.consumer = consumer
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        consumer = self.consumer
+        consumer.rebalancing = True
+        if not consumer.processors.crashed.is_set():
+            async with consumer.in_batch:
+                pass
+        topic = consumer.processors.settings.topic("job-events")
+        for tp in revoked:
+            if tp.topic == topic:
+                consumer.processors.store.forget_partition(tp.partition)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self.consumer.generations += 1
+        self.consumer.rebalancing = False
 
 
 def build_processors(
