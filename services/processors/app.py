@@ -39,7 +39,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import faust
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -354,6 +354,8 @@ class JobEventsConsumer(Service):
         """How many assignments this member received (0: not a member yet)."""
         self.rebalancing = False
         """Between a revoke and the next assignment."""
+        self.rebalance: dict[Any, Any] | None = None
+        """faust's sensors' state of the rebalance in progress."""
         self.in_batch = asyncio.Lock()
         """Held while a batch is applied and committed; a revoke waits for it."""
         self._task: asyncio.Task[None] | None = None
@@ -429,10 +431,17 @@ class JobEventsConsumer(Service):
     async def _commit(self, kafka: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
         """Commit a batch's offsets, through a broker outage; a batch whose partitions
         moved to another member meanwhile is not committed (that member reads it again)."""
+        # faust's sensors (its Prometheus metrics) see the commits, as they did when
+        # faust's own consumer committed; per batch, not per record.
+        sensors = self.processors.app.sensors
+        state = sensors.on_commit_initiated(cast(Any, kafka))
         try:
             await self.processors.step.retrying(lambda: kafka.commit(offsets))
         except CommitFailedError as exc:
             log.warning("offsets of a batch not committed (%s); it is read again", exc)
+            return
+        sensors.on_commit_completed(cast(Any, kafka), state)
+        self.processors.app.monitor.on_tp_commit(cast(Any, offsets))
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -445,6 +454,9 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
         consumer = self.consumer
         consumer.rebalancing = True
+        consumer.rebalance = consumer.processors.app.sensors.on_rebalance_start(
+            consumer.processors.app
+        )
         if not consumer.processors.crashed.is_set():
             async with consumer.in_batch:
                 pass
@@ -454,8 +466,14 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
                 consumer.processors.store.forget_partition(tp.partition)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        self.consumer.generations += 1
-        self.consumer.rebalancing = False
+        consumer = self.consumer
+        consumer.generations += 1
+        consumer.rebalancing = False
+        if consumer.rebalance is not None:
+            consumer.processors.app.sensors.on_rebalance_end(
+                consumer.processors.app, consumer.rebalance
+            )
+            consumer.rebalance = None
 
 
 def build_processors(
