@@ -3,12 +3,19 @@
 A history is a list of events in the order they were read from the job's
 partition. It may hold duplicates (at-least-once delivery), so every query here
 looks at the first occurrence of each ``event_id`` only.
+
+A :class:`History` is such a list deduplicated once, with its ``of_type`` /
+``first`` / ``last`` answers indexed on first use. The deciders ask dozens of
+those per decision (the classifier, the evidence gatherer, ``account``); on a
+plain list each one re-deduplicates the whole history, on a History each is a
+dictionary look-up after the first. Every function here takes either; the
+entry points (``react``, ``gather``, ``account``) wrap their input once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeVar, overload
 
 from schemas.events import (
     AttemptCancelled,
@@ -36,24 +43,115 @@ def is_job_event(event: Event) -> bool:
     return not isinstance(event, STREAM_EVENTS)
 
 
-def unique(events: Iterable[Event]) -> list[Event]:
+class History(Sequence[Event]):
+    """One job's events, each ``event_id`` once (its first occurrence), in log order.
+
+    Immutable. ``of_type`` / ``first`` / ``last`` are computed once per (class,
+    attempt) and kept; a slice is a History again (a prefix of a deduplicated
+    history is deduplicated). Build one with :meth:`of`, which returns a History
+    unchanged, so passing one down a call chain costs nothing.
+    """
+
+    __slots__ = ("_events", "_positions", "_found")
+
+    def __init__(self, events: Iterable[Event] = (), *, deduplicated: bool = False) -> None:
+        """``deduplicated``: the caller knows every id in ``events`` is unique (a slice
+        of a History), so they are kept as they are."""
+        if isinstance(events, History):
+            kept: tuple[Event, ...] = events.events
+        elif deduplicated:
+            kept = tuple(events)
+        else:
+            seen: set[str] = set()
+            first_seen: list[Event] = []
+            for event in events:
+                if event.event_id not in seen:
+                    seen.add(event.event_id)
+                    first_seen.append(event)
+            kept = tuple(first_seen)
+        self._events = kept
+        self._positions: dict[str, int] | None = None
+        self._found: dict[tuple[type[Event], int | None], list[Event]] = {}
+
+    @classmethod
+    def of(cls, events: Iterable[Event]) -> History:
+        """``events`` as a History (itself when it is one already)."""
+        return events if isinstance(events, History) else cls(events)
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """The events, each id once, in log order."""
+        return self._events
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> History: ...
+
+    def __getitem__(self, index: int | slice) -> Event | History:
+        if isinstance(index, slice):
+            return History(self._events[index], deduplicated=True)
+        return self._events[index]
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self._events)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a History or a list/tuple holding the same events in the same order."""
+        if isinstance(other, History):
+            return self._events == other.events
+        if isinstance(other, list | tuple):
+            return list(self._events) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, so unhashable like them
+
+    def __repr__(self) -> str:
+        return f"History({list(self._events)!r})"
+
+    def position(self, event_id: str) -> int | None:
+        """Where the event with ``event_id`` is, or None."""
+        if self._positions is None:
+            self._positions = {e.event_id: i for i, e in enumerate(self._events)}
+        return self._positions.get(event_id)
+
+    def index(self, value: object, start: int = 0, stop: int | None = None) -> int:
+        """Position of ``value`` (by its ``event_id``: ids are unique here)."""
+        found = self.position(value.event_id) if isinstance(value, Event) else None
+        if found is None or found < start or (stop is not None and found >= stop):
+            raise ValueError(f"{value!r} is not in the history")
+        return found
+
+    def upto(self, event_id: str) -> History:
+        """The history up to and including the event ``event_id`` (all of it when absent)."""
+        found = self.position(event_id)
+        return self if found is None else self[: found + 1]
+
+    def of_type(self, cls: type[E], attempt: int | None = None) -> list[E]:
+        """Every event of ``cls`` (of ``attempt`` only, unless None), in log order."""
+        key = (cls, attempt)
+        found = self._found.get(key)
+        if found is None:
+            if attempt is None:
+                found = [e for e in self._events if isinstance(e, cls)]
+            else:
+                found = [e for e in self.of_type(cls) if e.attempt == attempt]
+            self._found[key] = found
+        return found  # type: ignore[return-value]
+
+
+def unique(events: Iterable[Event]) -> Sequence[Event]:
     """The events in order with every repeated ``event_id`` after the first dropped."""
-    seen: set[str] = set()
-    out: list[Event] = []
-    for event in events:
-        if event.event_id not in seen:
-            seen.add(event.event_id)
-            out.append(event)
-    return out
+    return History.of(events)
 
 
 def of_type(history: Iterable[Event], cls: type[E], attempt: int | None = None) -> list[E]:
     """Every (deduplicated) event of ``cls``, optionally of one attempt only."""
-    return [
-        e
-        for e in unique(history)
-        if isinstance(e, cls) and (attempt is None or e.attempt == attempt)
-    ]
+    return History.of(history).of_type(cls, attempt)
 
 
 def first(history: Iterable[Event], cls: type[E], attempt: int | None = None) -> E | None:

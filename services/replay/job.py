@@ -86,7 +86,7 @@ async def replay_job(ledger: Ledger, job_id: str) -> JobReplay:
     record = account(history, ticks, default_policy(), view=view) if history else None
     return JobReplay(
         job_id=job_id,
-        history=unique(history),
+        history=list(unique(history)),
         ticks=ticks,
         view=view,
         accounting=record,
