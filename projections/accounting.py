@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from projections.evidence import late_verdict
-from projections.history import E, first, is_clean_success, is_job_event, unique
+from projections.history import E, History, first, is_clean_success, is_job_event, unique
 from projections.job_state import project
 from schemas.events import (
     TERMINAL_EVENTS,
@@ -247,11 +247,39 @@ def _attempt(
     return record, held_us, gpu_us if billable else 0, 0 if billable else gpu_us
 
 
+AttemptMemo = dict[int, tuple[tuple[object, ...], tuple[AttemptAccounting, int, int, int]]]
+"""Attempt -> (the inputs its accounting was computed from, the result): see :func:`account`."""
+
+
+def _inputs(
+    scope: Sequence[Event],
+    ticks: Sequence[MeterTick],
+    n: int,
+    terminal: bool,
+    as_of: datetime | None,
+    policy: AccountingPolicy,
+    after_end: bool,
+) -> tuple[object, ...]:
+    """Everything :func:`_attempt` reads, as a comparable key. The events and ticks by id
+    (in order: which of a release and a loss came first matters); ``as_of`` only while
+    the attempt holds its GPUs (it sizes an open hold, nothing else)."""
+    released = any(isinstance(e, ComputeReleased) for e in scope)
+    return (
+        tuple(e.event_id for e in scope),
+        tuple(t.event_id for t in ticks),
+        terminal,
+        None if released else as_of,
+        policy,
+        after_end,
+    )
+
+
 def account(
     history: Iterable[Event],
     ticks: Iterable[MeterTick] = (),
     policy: AccountingPolicy = DEFAULT_POLICY,
     view: JobView | None = None,
+    memo: AttemptMemo | None = None,
 ) -> AccountingRecord:
     """The job's accounting record as of its latest event.
 
@@ -265,6 +293,10 @@ def account(
             ``history``; the record is then identical to the one computed without it.
             None (the default) folds ``history`` here. Ignored when ``history`` holds
             no job-event.
+        memo: per-attempt results of an earlier call for the same job, kept by the
+            caller between calls (the live processors keep one per job): an attempt
+            whose inputs did not change since is not computed again. Filled here;
+            the record is identical to the one computed without it.
 
     Returns:
         One AttemptAccounting per attempt that was scheduled or held compute, and the
@@ -311,11 +343,17 @@ def account(
     held_us = gpu_us = billable_us = credited_us = 0
     for n in numbers:
         own = by_attempt.get(n, [])
-        scope = own if submitted is None or submitted.attempt == n else [submitted, *own]
+        scope = History(own if submitted is None or submitted.attempt == n else [submitted, *own])
         after_end = n in placed_after_end
-        record, h, b, c = _attempt(
-            scope, ticks_of.get(n, []), n, terminal, as_of, policy, after_end
-        )
+        own_ticks = ticks_of.get(n, [])
+        key = _inputs(scope, own_ticks, n, terminal, as_of, policy, after_end)
+        known = memo.get(n) if memo is not None else None
+        if known is not None and known[0] == key:
+            record, h, b, c = known[1]
+        else:
+            record, h, b, c = _attempt(scope, own_ticks, n, terminal, as_of, policy, after_end)
+            if memo is not None:
+                memo[n] = (key, (record, h, b, c))
         attempts.append(record)
         held_us, billable_us, credited_us = held_us + h, billable_us + b, credited_us + c
         gpu_us += b + c

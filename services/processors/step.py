@@ -23,7 +23,7 @@ from typing import Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from projections.accounting import account
+from projections.accounting import AttemptMemo, account
 from projections.decisions import REACTS_TO, react
 from projections.job_state import evolve, project
 from schemas import codec
@@ -100,6 +100,9 @@ class Step:
         ]
         self._views: dict[str, tuple[float, JobView]] = {}
         """Job -> (read offset, view as of it): each job-event is folded once."""
+        self._accounts: dict[str, AttemptMemo] = {}
+        """Job -> its attempts' accounting as last computed: only a changed attempt is
+        accounted again (``account(memo=...)``)."""
         self._node_commands = settings.topic("node-commands")
         self.outage = ledger.outage
         """The broker as this process sees it: one log line when it goes, one when back."""
@@ -187,7 +190,12 @@ class Step:
         for job_id in batch.accounts:
             job = self.store.log(job_id)
             if job.events:  # ticks before the submission was read wait for the next job-event
-                record = account(job.events, job.ticks.values(), view=self.latest_view(job_id))
+                record = account(
+                    job.events,
+                    job.ticks.values(),
+                    view=self.latest_view(job_id),
+                    memo=self._accounts.setdefault(job_id, {}),
+                )
                 sends.append((accounting, job_id, record))
         if sends:
             # The ledger's own append path: batched per partition, acked, counted.
