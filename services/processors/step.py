@@ -160,8 +160,10 @@ class Step:
                 # The worker's crash line names the record that caused it.
                 attach_context(exc, **event_context(value))
                 raise
-        metrics.count_by_topic(metrics.EVENTS_CONSUMED, consumed)
         await self.flush(batch)
+        # Counted once the batch's sends are acknowledged: a reader of the metrics that
+        # sees a record consumed also sees what it led to produced.
+        metrics.count_by_topic(metrics.EVENTS_CONSUMED, consumed)
 
     async def retrying(self, operation: Callable[[], Awaitable[_T]]) -> _T:
         """``operation`` until it succeeds, waiting out broker outages (the settings'
