@@ -69,7 +69,7 @@ class LogState(BaseModel):
     marker_emitted: bool = False
 
     def cursor(self, stream: str) -> StreamCursor:
-        return getattr(self, stream)  # type: ignore[no-any-return]
+        return getattr(self, stream)
 
 
 @dataclass(frozen=True)

@@ -292,7 +292,7 @@ class Lane:
                 continue
             try:
                 await self._io(self.segments.append, [record for record, _ in batch])
-            except Exception as exc:  # noqa: BLE001 - every waiting caller must hear of it
+            except Exception as exc:  # every waiting caller must hear of it
                 log.exception("spool %s: append failed", self.segments.directory)
                 error = AgentError(f"spool {self.segments.directory} is not writable: {exc}")
                 for _, fut in batch:
@@ -318,7 +318,7 @@ class Lane:
             try:
                 async with asyncio.timeout(self.publish_timeout_s):
                     await self.publisher.publish([record for record, _ in batch])
-            except Exception as exc:  # noqa: BLE001 - retried, never lost (TimeoutError too)
+            except Exception as exc:  # retried, never lost (TimeoutError too)
                 if self._stopping:
                     raise asyncio.CancelledError from exc
                 self.failures += 1

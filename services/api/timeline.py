@@ -178,7 +178,7 @@ def _window(
     started: TimelineEvent, end: datetime | None, outcome: str, deadline: datetime | None = None
 ) -> Window:
     return Window(
-        kind=WINDOW_KINDS[started.job_status],  # type: ignore[arg-type]
+        kind=WINDOW_KINDS[started.job_status],
         attempt=started.attempt,
         start=started.occurred_at,
         end=end,

@@ -170,7 +170,7 @@ class Supervisor:
         while not self._stopping:
             try:
                 self.poll()
-            except Exception:  # noqa: BLE001 - the watcher must outlive one bad poll
+            except Exception:  # the watcher must outlive one bad poll
                 log.exception("supervisor poll failed")
             self._wake.wait(POLL_S)
             self._wake.clear()

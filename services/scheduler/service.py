@@ -177,7 +177,7 @@ class Scheduler:
             self.consumer = None
             await consumer.stop()
 
-    async def _rebuild(self, consumer, tps: list[TopicPartition], ends) -> None:  # type: ignore[no-untyped-def]
+    async def _rebuild(self, consumer, tps: list[TopicPartition], ends) -> None:
         pending = {tp for tp in tps if ends[tp] > 0}
         consumer.pause(*(set(consumer.assignment()) - pending))
         try:
@@ -190,7 +190,7 @@ class Scheduler:
         finally:
             consumer.resume(*consumer.assignment())
 
-    async def _observe(self, batch, live: bool = True) -> bool:  # type: ignore[no-untyped-def]
+    async def _observe(self, batch, live: bool = True) -> bool:
         """Fold a batch; True when anything but the scheduler's own decisions was in it.
 
         Node events count as heard at the broker's append time, else (live) now; a

@@ -150,11 +150,11 @@ def dump_tasks() -> None:
             task.print_stack(limit=12, file=sys.stderr)
 
 
-def only(events, cls):  # type: ignore[no-untyped-def]
+def only(events, cls):
     return [e for e in events if isinstance(e, cls)]
 
 
-def sh(script: str, **kwargs) -> JobSpec:  # type: ignore[no-untyped-def]
+def sh(script: str, **kwargs) -> JobSpec:
     kwargs.setdefault("resources", Resources(gpus=1, memory_gb=0.25))
     return JobSpec(image=BUSYBOX, command=["sh", "-c", script], **kwargs)
 

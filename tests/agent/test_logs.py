@@ -5,7 +5,7 @@ from __future__ import annotations
 from services.agent.logs import LogPipeline, human_bytes, strip_timestamp
 
 
-def _pipeline(**kwargs):  # type: ignore[no-untyped-def]
+def _pipeline(**kwargs):
     clock = [0.0]
     kwargs.setdefault("chunk_bytes", 64)
     kwargs.setdefault("quota_bytes", 10_000)

@@ -62,7 +62,7 @@ async def _job_with_artifacts(api: Api, tmp_path: Path, job: str) -> dict[str, S
     return stored
 
 
-async def _get(api: Api, path: str, token: str = DEV_TOKEN):  # type: ignore[no-untyped-def]
+async def _get(api: Api, path: str, token: str = DEV_TOKEN):
     response = await api.client.get(path, headers=api.auth(token))
     return response.status, await response.json()
 

@@ -12,12 +12,12 @@ from services.api.timeline import timeline
 from tests.golden.golden import HERE, fixture_paths, load
 
 
-def build(name: str):  # type: ignore[no-untyped-def]
+def build(name: str):
     events, _, _ = load(HERE / f"{name}.json")
     return events, timeline(list(enumerate(events, 1)), TERMINAL_STATUSES)
 
 
-def states(lane) -> list[str]:  # type: ignore[no-untyped-def]
+def states(lane) -> list[str]:
     return [s.state for s in lane.segments]
 
 
@@ -48,7 +48,7 @@ def test_contact_that_comes_back_is_a_recovered_window() -> None:
 
 
 @pytest.mark.parametrize("path", fixture_paths(), ids=lambda p: Path(p).stem)
-def test_every_golden_history_gives_contiguous_lanes_ending_in_its_final_state(path) -> None:  # type: ignore[no-untyped-def]
+def test_every_golden_history_gives_contiguous_lanes_ending_in_its_final_state(path) -> None:
     events, _, _ = load(path)
     tl = timeline(list(enumerate(events, 1)), TERMINAL_STATUSES)
     view = project(events)

@@ -31,7 +31,7 @@ def job_id() -> str:
     return f"job-{uuid.uuid4().hex[:12]}"
 
 
-async def drain(sub: Subscriber, idle_s: float = 2.0) -> list:  # type: ignore[type-arg]
+async def drain(sub: Subscriber, idle_s: float = 2.0) -> list:
     return [d async for d in sub.deliveries(idle_timeout_s=idle_s)]
 
 

@@ -131,7 +131,7 @@ def test_a_zombie_or_a_reused_pid_is_not_alive():
     finally:
         sleeper.kill()
         sleeper.wait()
-        sleeper.stdout.close()  # type: ignore[union-attr]
+        sleeper.stdout.close()
 
 
 async def test_kafka_readiness_fails_with_the_log_path_when_nothing_answers(tmp_path):

@@ -183,7 +183,7 @@ async def test_sigkill_of_the_partition_leader_loses_no_acknowledged_append(clus
     print(f"acked {len(acked)} ({before} before the kill), {refused} refused and retried")
 
 
-async def _until(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+async def _until(check, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:

@@ -125,7 +125,7 @@ def service_logging() -> Iterator[None]:
     for handler in handlers:
         root.addHandler(handler)
     root.setLevel(level)
-    logs._service = None  # noqa: SLF001 -- the module's one piece of state, reset for the next test
+    logs._service = None  # the module's one piece of state, reset for the next test
 
 
 def test_a_service_that_stops_on_an_error_says_so_in_its_own_log_format(

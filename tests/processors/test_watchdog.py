@@ -47,7 +47,7 @@ def beat(at: float, seq: int) -> AttemptHeartbeat:
     return AttemptHeartbeat(job_id="j", attempt=1, occurred_at=s(at), node_id="n", seq=seq)
 
 
-def check(history, now, beats=None, floor=None):  # type: ignore[no-untyped-def]
+def check(history, now, beats=None, floor=None):
     return overdue(watch_of(history, beats, floor), s(now), TH)
 
 
@@ -244,7 +244,7 @@ def test_a_watchdog_that_never_heard_gives_no_verdict() -> None:
     since=st.floats(0, 100),
     seconds=st.floats(0, 100),
 )
-def test_due_is_where_exactly_that_much_audible_time_has_passed(gaps, since, seconds):  # type: ignore[no-untyped-def]
+def test_due_is_where_exactly_that_much_audible_time_has_passed(gaps, since, seconds):
     deaf: list[tuple[datetime, datetime]] = []
     at = 0.0
     for gap, length in gaps:

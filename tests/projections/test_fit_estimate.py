@@ -8,7 +8,7 @@ from projections.fit import check_fit, estimate_vram_gb, gpu_model_matches
 from tests.projections.histories import fleet, job_spec
 
 
-def model_spec(params: float, dtype: str = "fp16", mode: str = "inference", gpus: int = 1):  # type: ignore[no-untyped-def]
+def model_spec(params: float, dtype: str = "fp16", mode: str = "inference", gpus: int = 1):
     return job_spec(
         model={"params_billion": params, "dtype": dtype, "mode": mode},
         resources={"gpus": gpus},

@@ -30,7 +30,7 @@ def failure(
 ) -> Classification:
     return Classification(
         failure_class=cls,
-        attribution=who,  # type: ignore[arg-type]
+        attribution=who,
         retryable=retryable,
         summary="s",
         advice="a",

@@ -157,7 +157,7 @@ def test_image_not_found_is_the_users_and_final() -> None:
 def test_registry_unreachable_is_retried_until_the_budget_is_spent() -> None:
     h = scenarios.registry_unreachable()
     view, record = outcome(h)
-    classes = {(e.failure_class, e.attribution, e.retryable) for e in derived(h, FailureClassified)}  # type: ignore[attr-defined]
+    classes = {(e.failure_class, e.attribution, e.retryable) for e in derived(h, FailureClassified)}
     assert classes == {("image_pull_failed", "platform", True)}
     retries = [e for e in derived(h, RetryScheduled) if isinstance(e, RetryScheduled)]
     assert [(r.next_attempt, r.delay_s) for r in retries] == [(2, 5.0), (3, 10.0)]

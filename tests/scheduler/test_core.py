@@ -53,7 +53,7 @@ def submit(job_id: str, at: datetime = T0, **spec: object) -> JobSubmitted:
     return JobSubmitted(job_id=job_id, occurred_at=at, tenant="t", spec=JobSpec(**fields))
 
 
-def run(s: SchedulerState, *events, now: datetime = T0):  # type: ignore[no-untyped-def]
+def run(s: SchedulerState, *events, now: datetime = T0):
     for e in events:
         s.observe(e)
     return s.decide(now)
@@ -344,7 +344,7 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def fail_and_retry(s: SchedulerState, job: str, node_id: str, cls: str, **avoid: list[str]):  # type: ignore[no-untyped-def]
+def fail_and_retry(s: SchedulerState, job: str, node_id: str, cls: str, **avoid: list[str]):
     """Attempt 1 of ``job`` ended on ``node_id`` and was classified ``cls``; attempt 2 is
     due at 1 s."""
     from schemas.events import FailureClassified

@@ -29,7 +29,7 @@ operations = st.lists(
 )
 
 
-def apply(fleet: Fleet, op: tuple) -> None:  # type: ignore[type-arg]
+def apply(fleet: Fleet, op: tuple) -> None:
     kind = op[0]
     if kind == "register":
         _, node, count, mixed = op
@@ -63,7 +63,7 @@ def expected_free(fleet: Fleet, node_id: str) -> set[int]:
 
 @settings(max_examples=300, deadline=None)
 @given(operations)
-def test_free_indices_and_buckets_match_a_recomputation(ops: list[tuple]) -> None:  # type: ignore[type-arg]
+def test_free_indices_and_buckets_match_a_recomputation(ops: list[tuple]) -> None:
     fleet = Fleet()
     for op in ops:
         apply(fleet, op)

@@ -16,7 +16,7 @@ from tests.waiting import eventually
 pytestmark = pytest.mark.integration
 
 
-def scheduled(history):  # type: ignore[no-untyped-def]
+def scheduled(history):
     return {e.event_id: e for e in history if isinstance(e, AttemptScheduled)}
 
 

@@ -13,7 +13,7 @@ from tests.system.conftest import PYTHON, System, bound_s, sh
 pytestmark = pytest.mark.integration
 
 
-def scheduled_events(system: System, job_id: str) -> list[dict]:  # type: ignore[type-arg]
+def scheduled_events(system: System, job_id: str) -> list[dict]:
     return [e for e in system.events(job_id) if e["type"] == "AttemptScheduled"]
 
 
