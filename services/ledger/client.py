@@ -188,6 +188,7 @@ class Ledger:
         return self.producer
 
     async def stop(self) -> None:
+        """Close the broker probe and the producer (stopping it sends what it still holds)."""
         self._started = False
         probe, self._probe = self._probe, None
         if probe is not None:
@@ -204,6 +205,8 @@ class Ledger:
 
     @property
     def producer(self) -> AIOKafkaProducer:
+        """The started producer; a BrokerUnavailableError while a failed append's broker has
+        not answered since, a LedgerError before :meth:`start`."""
         if self._producer is None:
             if self._started:
                 raise BrokerUnavailableError(
@@ -214,6 +217,7 @@ class Ledger:
         return self._producer
 
     def topic_of(self, event: Event) -> str:
+        """The full name of the topic an event type lives on."""
         return self.settings.topic(type(event).TOPIC)
 
     # ----------------------------------------------------------------------- writes
@@ -462,6 +466,7 @@ class Ledger:
         return {tp.partition: ends[tp] for tp in tps}
 
     async def partitions(self, topic: str) -> int:
+        """The topic's partition count, asked once and then remembered."""
         if topic not in self._partitions:
             try:
                 parts = await (await self._ready_producer()).partitions_for(topic)

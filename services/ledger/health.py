@@ -27,6 +27,7 @@ class KafkaCheck:
         self._client: AIOKafkaClient | None = None
 
     async def probe(self) -> CheckResult:
+        """Ask the cluster for its metadata, on a client kept between probes."""
         if self._client is None:
             client = AIOKafkaClient(
                 bootstrap_servers=self.bootstrap,
@@ -57,6 +58,7 @@ class KafkaCheck:
         )
 
     async def close(self) -> None:
+        """Close the probe's client."""
         if self._client is not None:
             await self._client.close()
             self._client = None

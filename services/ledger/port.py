@@ -47,17 +47,35 @@ class RawRecord(Protocol):
     """A record as a consumer hands it over (aiokafka's ConsumerRecord has these)."""
 
     @property
-    def topic(self) -> str: ...
+    def topic(self) -> str:
+        """The topic it was read from."""
+        ...
+
     @property
-    def partition(self) -> int: ...
+    def partition(self) -> int:
+        """Its partition."""
+        ...
+
     @property
-    def offset(self) -> int: ...
+    def offset(self) -> int:
+        """Its offset in the partition."""
+        ...
+
     @property
-    def key(self) -> bytes | None: ...
+    def key(self) -> bytes | None:
+        """The key it was appended with (a job's or node's id)."""
+        ...
+
     @property
-    def value(self) -> bytes | None: ...
+    def value(self) -> bytes | None:
+        """The encoded payload; None for a tombstone."""
+        ...
+
     @property
-    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+    def headers(self) -> Sequence[tuple[str, bytes]]:
+        """The headers it was appended with."""
+        ...
+
     @property
     def timestamp(self) -> int:
         """Milliseconds since the epoch: the broker's append time or the producer's."""

@@ -313,12 +313,15 @@ class Processors:
     # ----------------------------------------------------------------------- lifecycle
 
     async def start(self) -> Processors:
+        """Start the ledger (waiting for a broker that is still coming up), then the faust
+        worker."""
         await self.ledger.start(wait=True)  # a broker still coming up is waited for
         await self.app.start()
         self._started = True
         return self
 
     async def stop(self) -> None:
+        """Stop the worker, then the ledger."""
         if self._started:
             await self.app.stop()
             self._started = False

@@ -101,6 +101,8 @@ class JobLog:
         return list(self.events)
 
     def has(self, event_id: str) -> bool:
+        """Whether the event is known (read back or appended by this process): a redelivery is
+        skipped."""
         return event_id in self.ids
 
 
@@ -127,6 +129,7 @@ class JobStore:
         """Called with a job id when a newer heartbeat of one of its attempts arrives."""
 
     def log(self, job_id: str) -> JobLog:
+        """The job's log, created empty on first sight."""
         found = self.jobs.get(job_id)
         if found is None:
             found = self.jobs[job_id] = JobLog()
@@ -220,6 +223,7 @@ class JobStore:
         self.settled = {j for j in self.settled if partition_for(j, count) != partition}
 
     def add(self, job_id: str, offset: float, event: Event, heard: datetime | None = None) -> bool:
+        """Add a job-event; True when it was new (the job's change callbacks ran)."""
         new = self.log(job_id).add(offset, event, heard)
         if new:
             for callback in self.on_job_changed:
@@ -227,6 +231,8 @@ class JobStore:
         return new
 
     def add_tick(self, tick: MeterTick) -> bool:
+        """Add a meter tick; True when its (attempt, index) was new (a duplicate tick is the
+        same tick)."""
         ticks = self.log(tick.job_id).ticks
         key = (tick.attempt, tick.tick_index)
         if key in ticks:
@@ -235,6 +241,7 @@ class JobStore:
         return True
 
     def add_heartbeat(self, beat: AttemptHeartbeat, heard: datetime | None = None) -> bool:
+        """Keep the attempt's newest heartbeat; True when this one is newer (callbacks ran)."""
         job = self.log(beat.job_id)
         beats = job.heartbeats
         known = beats.get(beat.attempt)

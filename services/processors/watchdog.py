@@ -73,6 +73,9 @@ class _Base(TypedDict):
 
 @dataclass(frozen=True)
 class Thresholds:
+    """The watchdog's bounds: silence before unresponsive, then before lost, and the finishing
+    timeout."""
+
     silence_s: float = 30.0
     lost_after_s: float = 60.0
     finishing_timeout_s: float = 300.0
@@ -114,6 +117,7 @@ class Hearing:
         return now if not self.probing else self.heard
 
     def is_deaf(self, now: datetime) -> bool:
+        """Whether nothing was heard for more than ``lag_threshold_s``: silence proves nothing."""
         if not self.probing:
             return False
         return self.heard is None or (now - self.heard).total_seconds() > self.lag_threshold_s
@@ -188,6 +192,7 @@ class Watch:
 
     @property
     def last_seen_id(self) -> str:
+        """The id of the last heartbeat heard, or '' when none was."""
         return self.last_seen.event_id if self.last_seen is not None else ""
 
 

@@ -15,6 +15,8 @@ COMPARED_TABLES: dict[str, tuple[str, ...]] = {n: t.key for n, t in DERIVED_TABL
 
 @dataclass(frozen=True)
 class RowDifference:
+    """One row where the live table and the one rebuilt from the ledger differ."""
+
     table: str
     key: tuple[Any, ...]
     kind: str
@@ -24,6 +26,7 @@ class RowDifference:
     rebuilt: dict[str, Any] | None = None
 
     def line(self) -> str:
+        """The difference in a sentence, naming the table and the row's key."""
         key = "/".join(str(k) for k in self.key)
         if self.kind == "missing":
             return f"{self.table} {key}: in the ledger but missing from the live table"

@@ -31,6 +31,8 @@ DECISION_TYPES = frozenset(
 
 @dataclass(frozen=True)
 class DecisionDrift:
+    """A derived event the current rules would write differently from the one the ledger holds."""
+
     job_id: str
     kind: str
     """missing (the rules imply it, the ledger lacks it), unexpected, or changed."""
@@ -39,6 +41,7 @@ class DecisionDrift:
     detail: str = ""
 
     def line(self) -> str:
+        """The drift in a sentence, for the replay report."""
         what = {
             "missing": "implied by the current rules but not recorded",
             "unexpected": "recorded but not implied by the current rules",
@@ -55,6 +58,7 @@ def implied(history: Sequence[Event]) -> list[Event]:
 
 
 def drift_of(job_id: str, history: Sequence[Event]) -> list[DecisionDrift]:
+    """The job's derived events recomputed with today's rules, against the recorded ones."""
     expected = {e.event_id: e for e in implied(history)}
     recorded = {
         e.event_id: e

@@ -16,6 +16,8 @@ from services.sink.writer import account, default_policy
 
 @dataclass
 class JobReplay:
+    """One job's history read back from the ledger, and the view it folds to."""
+
     job_id: str
     history: list[Event]
     ticks: list[MeterTick]
@@ -25,6 +27,7 @@ class JobReplay:
     drift: list[DecisionDrift]
 
     def to_json(self) -> dict[str, Any]:
+        """The replay as a JSON document (`gridledger replay JOB -o json`)."""
         return {
             "job_id": self.job_id,
             "history": [e.model_dump(mode="json") for e in self.history],
@@ -35,6 +38,7 @@ class JobReplay:
         }
 
     def lines(self) -> list[str]:
+        """The history for people: one line per event, with the time since the previous one."""
         out = [f"{self.job_id}: {len(self.history)} events, {len(self.ticks)} meter ticks"]
         previous = None
         for event in self.history:

@@ -57,6 +57,7 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """Whether the live read models equal the ones rebuilt from the ledger (and none lags)."""
         return not (
             self.lag
             or any(self.table_counts.values())
@@ -65,6 +66,7 @@ class VerifyReport:
         )
 
     def lines(self) -> list[str]:
+        """The report for people: what was replayed, then every lag and difference found."""
         out = [f"replayed {self.records} records, {self.jobs} jobs"]
         for where, behind in sorted(self.lag.items()):
             out.append(f"LAG {where}: the live sink has not committed {behind} record(s)")
@@ -212,6 +214,8 @@ def _compare_job_state(rebuilt: Rebuilt, report: VerifyReport) -> None:
 
 
 def run(settings: Settings, **kwargs: Any) -> VerifyReport:
+    """Verify against the ledger from synchronous code (the CLI)."""
+
     async def main() -> VerifyReport:
         async with Ledger(settings, "replay") as ledger:
             return await verify(settings, ledger, **kwargs)

@@ -79,6 +79,9 @@ FitCheck = Callable[[JobSpec, Fleet], FitReport | None]
 
 @dataclass(frozen=True)
 class SchedulerConfig:
+    """The scheduler's timings: when a node counts as gone, the dispatch deadline, the retry
+    fallback."""
+
     node_timeout_s: float = 30.0
     dispatch_timeout_s: float = 60.0
     retry_fallback_s: float = 5.0

@@ -51,6 +51,7 @@ class NodeState:
     """Memory of the smallest GPU of each model on this node, in GiB."""
 
     def set_inventory(self, gpus: list[GpuDevice]) -> None:
+        """Take a (re)registered inventory; the per-model indices and memory follow it."""
         self.gpus = {g.index: g for g in gpus}
         self.by_model, self.vram_by_model = {}, {}
         for index, gpu in sorted(self.gpus.items()):
@@ -59,6 +60,8 @@ class NodeState:
             self.vram_by_model[gpu.model] = min(vram, self.vram_by_model.get(gpu.model, vram))
 
     def vram_gb(self, model: str) -> float:
+        """The memory of this node's smallest GPU of ``model`` (0 when it has none): what a job
+        can count on."""
         return self.vram_by_model.get(model, 0.0)
 
     @property
@@ -144,6 +147,7 @@ class Fleet:
             node.lost_at = at
 
     def release(self, key: AttemptKey) -> None:
+        """Free the GPUs reserved for an attempt, once it released them (or never took them)."""
         held = self.reservations.pop(key, None)
         if held is None:
             return

@@ -34,6 +34,8 @@ class FitChecker:
         self._reports: dict[tuple[str, str], FitReport] = {}
 
     def __call__(self, spec: JobSpec, fleet: Fleet) -> FitReport | None:
+        """The fit report of ``spec`` against the fleet, cached until the fleet's inventory
+        changes."""
         if fleet.inventory_version != self._version:
             self._version = fleet.inventory_version
             self._nodes = capacities(fleet)

@@ -61,6 +61,8 @@ class PlacementRequest:
         avoid_providers: frozenset[str] = frozenset(),
         fallback_at: datetime | None = None,
     ) -> PlacementRequest:
+        """The request of one attempt of a job: its spec's needs, plus what a retry decision
+        avoids."""
         return cls(
             job_id=job_id,
             attempt=attempt,
@@ -105,6 +107,8 @@ class PlacementRequest:
 
 @dataclass(frozen=True)
 class Placement:
+    """Where an attempt goes: the node, its GPUs, and what the choice avoided or fell back to."""
+
     node_id: str
     provider: str
     region: str

@@ -76,6 +76,7 @@ class PlacementQueue:
             self._group(job_id, member)
 
     def remove(self, job_id: str) -> None:
+        """Take the job out of the queue (placed, or no longer waiting)."""
         member = self._members.pop(job_id, None)
         if member is None:
             return
@@ -122,12 +123,15 @@ class PlacementQueue:
         return list(self._unfitted)
 
     def fitted(self, job_id: str, request: PlacementRequest) -> None:
+        """Record the job's placement request, now that its fit is known; it joins its group's
+        queue."""
         member = self._members[job_id]
         member.request = request
         self._unfitted.pop(job_id, None)
         self._group(job_id, member)
 
     def request_of(self, job_id: str) -> PlacementRequest | None:
+        """The job's placement request, or None before its fit is known."""
         member = self._members.get(job_id)
         return member.request if member else None
 
@@ -157,6 +161,7 @@ class PlacementQueue:
                     heapq.heappush(heap, (self._members[head].seq, key))
 
     def skip(self, job_id: str) -> None:
+        """Nothing can hold the job now: the rest of its kind is skipped for this pass."""
         member = self._members.get(job_id)
         if member is not None and member.group is not None:
             self._skipped.add(member.group)

@@ -79,11 +79,15 @@ class Scheduler:
         """The live consumer while :meth:`run` runs (its lag is the ops server's)."""
 
     async def start(self) -> Scheduler:
+        """Start the ledger and the decision loop (which first rebuilds the state from the
+        topics)."""
         await self.ledger.start(wait=True)
         self._task = asyncio.create_task(self.run(), name="scheduler")
         return self
 
     async def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until the state is rebuilt and live decisions run; a scheduler that failed raises
+        here."""
         waiter = asyncio.ensure_future(self.ready.wait())
         assert self._task is not None
         done, _ = await asyncio.wait(
@@ -108,6 +112,7 @@ class Scheduler:
             self._task.result()
 
     async def stop(self) -> None:
+        """Stop deciding, then the ledger."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

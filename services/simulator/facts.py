@@ -110,11 +110,13 @@ class AttemptFacts:
         ]
 
     def heartbeat(self, at: datetime) -> AttemptHeartbeat:
+        """The attempt's next heartbeat, numbered as the agent numbers them."""
         seq = self.heartbeat_seq
         self.heartbeat_seq += 1
         return self.fact(AttemptHeartbeat, at, node_id=self.node_id, seq=seq)
 
     def log(self, at: datetime, lines: list[str], stream: str = "stdout") -> LogChunk:
+        """The stream's next log chunk, numbered and line-counted as the agent does."""
         seq = self.log_seq.get(stream, 0)
         first = self.log_line.get(stream, 1)
         self.log_seq[stream] = seq + 1

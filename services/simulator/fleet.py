@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class SimNode:
+    """A simulated node: its GPUs, and which of them attempts hold."""
+
     node_id: str
     provider: str
     region: str
@@ -52,11 +54,14 @@ class SimNode:
     seq: int = 0
 
     def free(self) -> list[int]:
+        """The GPU indices no attempt holds."""
         return [g.index for g in self.gpus if g.index not in self.busy]
 
 
 @dataclass
 class FleetStats:
+    """What the simulated fleet did: facts emitted and acknowledged, attempts accepted ..."""
+
     emitted: int = 0
     acked: int = 0
     failed: int = 0
@@ -117,6 +122,7 @@ class SimFleet:
 
     @property
     def gpu_count(self) -> int:
+        """Every GPU of the fleet."""
         return sum(len(n.gpus) for n in self.nodes.values())
 
     # ------------------------------------------------------------------ output
@@ -145,11 +151,13 @@ class SimFleet:
             self.stats.emitted += 1
 
     async def flush(self) -> None:
+        """Wait until every fact emitted so far is on the broker."""
         await self.ledger.producer.flush()
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> SimFleet:
+        """Read node commands, register every node, then heartbeat them."""
         self._tasks.append(asyncio.create_task(self._read_commands(), name="sim-commands"))
         await self._ready.wait()
         now = utcnow()
@@ -176,6 +184,7 @@ class SimFleet:
         return self
 
     async def stop(self) -> None:
+        """Cancel every node's and attempt's task, then flush what they emitted."""
         for task in [*self.attempts.values(), *self._tasks]:
             task.cancel()
         for task in [*self.attempts.values(), *self._tasks]:

@@ -53,8 +53,10 @@ class JobMix:
         return rnd.choices(names, weights)[0]
 
     def duration_s(self, job_id: str, attempt: int) -> float:
+        """How long the attempt runs: random, but the same for the same seed, job and attempt."""
         rnd = random.Random(f"{self.seed}:{job_id}:{attempt}:d")
         return rnd.uniform(self.min_duration_s, self.max_duration_s)
 
     def gpu_count(self, index: int) -> int:
+        """The GPUs the ``index``-th job asks for, cycling through the mix's list."""
         return self.gpus[index % len(self.gpus)]

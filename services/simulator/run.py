@@ -32,6 +32,7 @@ SHORT_TIMINGS = {
 
 
 def sim_spec(gpus: int) -> JobSpec:
+    """The spec of a simulated job: nothing runs it, so only its GPU count matters."""
     return JobSpec(
         name="sim",
         image="sim/train:latest",

@@ -60,6 +60,8 @@ async def stored_offsets(conn: asyncpg.Connection, consumer: str) -> dict[TopicP
 async def store_offsets(
     conn: asyncpg.Connection, consumer: str, offsets: dict[TopicPartition, int]
 ) -> None:
+    """Record the consumed positions in the batch's transaction: the tables and the offsets
+    commit together."""
     await upsert(
         conn,
         "consumer_offsets",
@@ -101,6 +103,7 @@ class Sink:
         self.pg_outage = outage_of(f"Postgres at {settings.dsn_redacted}")
 
     async def partitions(self) -> list[TopicPartition]:
+        """Every partition of every topic the sink consumes."""
         tps = []
         for topic in self.writer.consumed_topics():
             count = await self.ledger.partitions(topic)

@@ -48,6 +48,7 @@ class CachedJob:
     """The stored meter ticks by (attempt, tick_index)."""
 
     def copy(self) -> CachedJob:
+        """A copy a batch may change; the cache keeps the original until the batch commits."""
         return CachedJob(self.seq, self.view, list(self.history), dict(self.ticks))
 
     def sorted_ticks(self) -> list[MeterTick]:

@@ -43,6 +43,7 @@ def event_from_payload(type_name: str, payload: str | dict[str, Any]) -> Event:
 
 
 def job_event_row(event: Event, seq: int) -> Row:
+    """The job_events row of an event (the payload kept whole, for the API's history)."""
     return {
         "event_id": event.event_id,
         "job_id": event.job_id,
@@ -58,6 +59,8 @@ def job_event_row(event: Event, seq: int) -> Row:
 
 
 def job_row(view: JobView) -> Row:
+    """The jobs row of a job's view: the columns the API filters and sorts on, and the view
+    itself."""
     failure = view.failure
     spec = view.spec
     return {
@@ -84,6 +87,7 @@ def job_row(view: JobView) -> Row:
 
 
 def attempt_row(job_id: str, attempt: AttemptView) -> Row:
+    """The attempts row of one attempt of a job's view."""
     return {
         "job_id": job_id,
         "attempt": attempt.attempt,
@@ -131,6 +135,7 @@ def failure_row(view: JobView, event: Event) -> Row | None:
 
 
 def accounting_row(record: AccountingRecord) -> Row:
+    """The accounting_records row of a job's record: its totals, and the record itself."""
     return {
         "job_id": record.job_id,
         "tenant": record.tenant,
@@ -149,6 +154,7 @@ def accounting_row(record: AccountingRecord) -> Row:
 
 
 def accounting_attempt_rows(record: AccountingRecord) -> list[Row]:
+    """The accounting_attempts rows, one per attempt of the record."""
     return [
         {
             "job_id": record.job_id,
@@ -174,6 +180,7 @@ def accounting_attempt_rows(record: AccountingRecord) -> list[Row]:
 
 
 def log_chunk_row(chunk: LogChunk) -> Row:
+    """The log_chunks row of a chunk."""
     return {
         "job_id": chunk.job_id,
         "attempt": chunk.attempt,
@@ -189,6 +196,7 @@ def log_chunk_row(chunk: LogChunk) -> Row:
 
 
 def meter_tick_row(tick: MeterTick) -> Row:
+    """The meter_ticks row of a tick."""
     return {
         "job_id": tick.job_id,
         "attempt": tick.attempt,
@@ -207,6 +215,7 @@ def meter_tick_row(tick: MeterTick) -> Row:
 
 
 def node_event_row(event: NodeEvent, seq: int) -> Row:
+    """The node_events row of a node's event."""
     return {
         "event_id": event.event_id,
         "node_id": event.node_id,
@@ -218,6 +227,7 @@ def node_event_row(event: NodeEvent, seq: int) -> Row:
 
 
 def new_node_row(node_id: str) -> Row:
+    """The nodes row of a node not stored yet, before its first event is folded in."""
     return {
         "node_id": node_id,
         "status": "unknown",

@@ -54,6 +54,7 @@ class Table:
         return f"staging_{self.name}"
 
     def staging_ddl(self) -> str:
+        """The session's temporary table that COPY loads before the one INSERT ... SELECT."""
         cols = ", ".join(f"{c} {t}" for c, t in self.columns)
         return f"CREATE TEMP TABLE IF NOT EXISTS {self.staging} ({cols})"
 

@@ -91,6 +91,7 @@ class ReadModelWriter:
         self.cache.clear()
 
     def consumed_topics(self) -> list[str]:
+        """The topics whose records this writer applies."""
         return list(self._suffix)
 
     async def apply(self, conn: asyncpg.Connection, records: Iterable[LedgerRecord]) -> None:
