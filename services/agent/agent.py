@@ -60,6 +60,8 @@ class Agent:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> Agent:
+        """Register the node, resume the attempts its journal left unfinished, then follow its
+        commands."""
         ctx = self.ctx
         ctx.spool.start()
         inventory = ctx.inventory
@@ -144,6 +146,7 @@ class Agent:
     # ------------------------------------------------------------------ attempts
 
     def running_attempts(self) -> list[str]:
+        """'job_id/attempt' of every attempt this agent runs, for its heartbeat."""
         return sorted(self.runners)
 
     def _launch(self, record: AttemptRecord) -> None:
@@ -203,6 +206,7 @@ class Agent:
         return True
 
     def cancel(self, request: CancelRequested) -> bool:
+        """Stop the attempt a routed cancel names; False when no attempt here matches it."""
         for key, runner in self.runners.items():
             r = runner.record
             if r.job_id == request.job_id and request.attempt in (0, r.attempt):

@@ -26,12 +26,17 @@ _TRAILING_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 
 @dataclass(frozen=True)
 class StoredArtifact:
+    """Where an upload went, with the digest and size the OutputStored or CheckpointStored event
+    records."""
+
     uri: str
     sha256: str
     bytes: int
 
 
 class ArtifactStore(Protocol):
+    """Where the agent stores outputs and checkpoints, and fetches a checkpoint to resume from."""
+
     def put(
         self, tenant: str, job_id: str, attempt: int, path: str, source: Path
     ) -> StoredArtifact:
@@ -68,6 +73,7 @@ class S3Store:
     def put(
         self, tenant: str, job_id: str, attempt: int, path: str, source: Path
     ) -> StoredArtifact:
+        """Upload the file ``source`` under the attempt's prefix (a folder is refused)."""
         if source.is_dir():
             raise ArtifactStoreError(
                 f"{path} is a folder; declare the files in it as outputs (folders are not stored)"
@@ -82,6 +88,8 @@ class S3Store:
         return StoredArtifact(uri=ref.uri, sha256=sha256, bytes=size)
 
     def fetch(self, tenant: str, uri: str, sha256: str, target: Path) -> int:
+        """Download ``uri`` to ``target``, sha256-verified, refusing another tenant's key;
+        returns the size."""
         try:
             ref = ObjectRef.parse(uri)
             if not ref.owned_by(tenant):
@@ -111,11 +119,13 @@ class MeteredStore:
     def put(
         self, tenant: str, job_id: str, attempt: int, path: str, source: Path
     ) -> StoredArtifact:
+        """Upload through the wrapped store (and count it)."""
         stored = self.inner.put(tenant, job_id, attempt, path, source)
         metrics.UPLOAD_BYTES.inc(stored.bytes)
         return stored
 
     def fetch(self, tenant: str, uri: str, sha256: str, target: Path) -> int:
+        """Download through the wrapped store."""
         return self.inner.fetch(tenant, uri, sha256, target)
 
 

@@ -103,6 +103,7 @@ class AttemptRunner:
 
     @property
     def key(self) -> str:
+        """The attempt's 'job_id/attempt' key."""
         return self.record.key
 
     def cancel(self, reason: str = "") -> None:
@@ -125,6 +126,7 @@ class AttemptRunner:
         await self._stop_tasks()
 
     async def run(self) -> None:
+        """Run the attempt to its end; every end, however it comes, releases the compute."""
         # This runner is its own task: every line it logs names the job and the attempt.
         bind_context(job_id=self.record.job_id, attempt=self.record.attempt)
         try:

@@ -25,6 +25,8 @@ T = TypeVar("T")
 
 @dataclass
 class AgentContext:
+    """What every part of the agent shares: settings, spool, runtime, store, GPUs and journal."""
+
     settings: Settings
     agent: AgentSettings
     spool: Spool
@@ -37,14 +39,17 @@ class AgentContext:
 
     @property
     def node_id(self) -> str:
+        """This agent's node id."""
         return self.agent.node_id
 
     @property
     def producer(self) -> str:
+        """The ``producer`` of this agent's facts."""
         return agent_producer(self.agent.node_id)
 
     @property
     def work_dir(self) -> Path:
+        """The agent's working folder (attempt outputs, downloaded checkpoints)."""
         return self.agent.work_dir(self.settings.home)
 
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
@@ -60,6 +65,7 @@ class GpuPool:
         self._owner: dict[int, str] = {}
 
     def free(self) -> list[int]:
+        """GPU indices no attempt holds."""
         return [i for i in self._all if i not in self._owner]
 
     def reserve(self, key: str, count: int, preferred: list[int]) -> list[int] | None:
@@ -75,9 +81,11 @@ class GpuPool:
         return wanted
 
     def restore(self, key: str, indices: list[int]) -> None:
+        """Hold ``indices`` for ``key`` again, as the journal recorded them (after a restart)."""
         for index in indices:
             self._owner[index] = key
 
     def release(self, key: str) -> None:
+        """Free every GPU ``key`` holds."""
         for index in [i for i, owner in self._owner.items() if owner == key]:
             del self._owner[index]

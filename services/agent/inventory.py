@@ -71,6 +71,7 @@ class NvmlGpus:
         ]
 
     def devices(self) -> list[GpuDevice]:
+        """The GPUs as NVML reports them: model, memory and UUID."""
         nvml = self._nvml
         devices = []
         for index, handle in enumerate(self._handles):
@@ -88,6 +89,7 @@ class NvmlGpus:
         return devices
 
     def usage(self) -> list[GpuUsage]:
+        """Each GPU's utilisation and memory in use now."""
         nvml = self._nvml
         usage = []
         for index, handle in enumerate(self._handles):
@@ -104,6 +106,7 @@ class NvmlGpus:
         return usage
 
     def close(self) -> None:
+        """Shut NVML down."""
         self._nvml.nvmlShutdown()
 
 
@@ -137,6 +140,7 @@ class Inventory:
         return [GpuUsage(index=g.index, memory_total_mb=g.memory_total_mb) for g in self.gpus]
 
     def close(self) -> None:
+        """Release NVML, if this inventory used it."""
         if self.nvml is not None:
             self.nvml.close()
 

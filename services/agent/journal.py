@@ -43,18 +43,22 @@ class AttemptRecord(BaseModel):
 
     @property
     def job_id(self) -> str:
+        """The attempt's job."""
         return self.scheduled.job_id
 
     @property
     def attempt(self) -> int:
+        """The attempt's number."""
         return self.scheduled.attempt
 
     @property
     def key(self) -> str:
+        """The attempt's 'job_id/attempt' key."""
         return attempt_key(self.job_id, self.attempt)
 
 
 def attempt_key(job_id: str, attempt: int) -> str:
+    """The key an attempt is known by in the journal, the GPU table and the heartbeat."""
     return f"{job_id}/{attempt}"
 
 
@@ -71,9 +75,12 @@ class Journal:
         self.directory.mkdir(parents=True, exist_ok=True)
 
     def path(self, job_id: str, attempt: int) -> Path:
+        """The attempt's journal file."""
         return self.directory / _file_name(job_id, attempt)
 
     def exists(self, job_id: str, attempt: int) -> bool:
+        """Whether the attempt was ever journalled here (a redelivered placement is not run
+        twice)."""
         return self.path(job_id, attempt).exists()
 
     def save(self, record: AttemptRecord, durable: bool = False) -> None:
@@ -88,12 +95,14 @@ class Journal:
         os.replace(tmp, path)
 
     def load(self, job_id: str, attempt: int) -> AttemptRecord | None:
+        """The attempt's record, or None when it has none."""
         path = self.path(job_id, attempt)
         if not path.exists():
             return None
         return AttemptRecord.model_validate_json(path.read_text())
 
     def unfinished(self) -> list[AttemptRecord]:
+        """Every journalled attempt not yet finished: what a restarted agent resumes."""
         records = []
         for path in sorted(self.directory.glob("*.json")):
             record = AttemptRecord.model_validate_json(path.read_text())

@@ -69,6 +69,7 @@ class LogState(BaseModel):
     marker_emitted: bool = False
 
     def cursor(self, stream: str) -> StreamCursor:
+        """The cursor of one stream."""
         return getattr(self, stream)
 
 
@@ -127,10 +128,12 @@ class LogPipeline:
 
     @property
     def exhausted(self) -> bool:
+        """Whether the attempt's log quota is spent: everything after it is dropped, and said so."""
         return self._state.quota_used >= self.quota_bytes
 
     @property
     def dropped(self) -> dict[str, int]:
+        """Bytes dropped per stream after the quota was reached."""
         return dict(self._dropped)
 
     def feed(self, stream: str, data: bytes) -> None:
@@ -161,6 +164,8 @@ class LogPipeline:
                     self._flush(s)
 
     def outbox_full(self, max_outbox_bytes: int) -> bool:
+        """Whether more than ``max_outbox_bytes`` of chunks wait to be spooled (the reader then
+        waits)."""
         with self._cond:
             return self._outbox_bytes > max_outbox_bytes
 
@@ -205,6 +210,7 @@ class LogPipeline:
             return out
 
     def state(self) -> LogState:
+        """A copy of the pipeline's state, for the journal (a restart continues the numbering)."""
         with self._cond:
             return self._state.model_copy(deep=True)
 

@@ -72,6 +72,7 @@ class LogFollower:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        """Start one reader thread per stream and the task that flushes chunks."""
         loop = asyncio.get_running_loop()
         self._open = len(STREAMS)
         for stream in STREAMS:

@@ -18,6 +18,8 @@ from schemas.events import AttemptScheduled, MeterTick, agent_fact
 
 @dataclass(frozen=True)
 class Tick:
+    """One metered interval of an attempt, before it becomes a MeterTick."""
+
     index: int
     interval_start: datetime
     interval_s: float

@@ -53,4 +53,5 @@ class LedgerPublisher:
                     await ledger.stop()
 
     async def close(self) -> None:
+        """Close the producer; the next publish opens a new one."""
         await self._reset()

@@ -107,6 +107,8 @@ class ContainerRequest:
 
 @dataclass(frozen=True)
 class ContainerState:
+    """What Docker says of a container: its status, exit code and OOM flag."""
+
     status: str
     """created, running, exited, dead ..."""
     exit_code: int
@@ -118,11 +120,14 @@ class ContainerState:
 
     @property
     def running(self) -> bool:
+        """Whether the container's process may still produce output."""
         return self.status in ("running", "restarting", "paused")
 
 
 @dataclass(frozen=True)
 class OwnContainer:
+    """A container this node's agent created, found by its labels."""
+
     id: str
     job_id: str
     attempt: int
@@ -131,6 +136,8 @@ class OwnContainer:
 
 @dataclass
 class Stats:
+    """One reading of a container's memory and CPU use."""
+
     memory_used_mb: int = 0
     cpu_pct: float = 0.0
     cpu_sample: tuple[int, int] | None = field(default=None, repr=False)
@@ -150,6 +157,7 @@ class DockerRuntime:
         )
 
     def close(self) -> None:
+        """Close the Docker client."""
         self.client.close()
 
     # ----------------------------------------------------------------- images
@@ -180,6 +188,8 @@ class DockerRuntime:
     # ----------------------------------------------------------------- containers
 
     def create(self, request: ContainerRequest) -> str:
+        """Create the attempt's container (limits, labels, output and resume mounts); return its
+        id."""
         volumes = {str(request.output_dir): {"bind": OUTPUT_DIR, "mode": "rw"}}
         if request.resume_file is not None:
             volumes[str(request.resume_file)] = {"bind": request.resume_target, "mode": "ro"}
@@ -214,6 +224,7 @@ class DockerRuntime:
         return str(container.id)
 
     def start(self, container_id: str) -> None:
+        """Start a created container; Docker's refusal is raised with its error kind."""
         try:
             self.client.api.start(container_id)
         except docker.errors.APIError as exc:
@@ -221,6 +232,7 @@ class DockerRuntime:
             raise ContainerStartError(start_error_kind(text), text) from exc
 
     def state(self, container_id: str) -> ContainerState:
+        """The container's state now."""
         attrs = self.client.api.inspect_container(container_id)
         state = attrs.get("State", {})
         return ContainerState(
@@ -243,10 +255,12 @@ class DockerRuntime:
         return True
 
     def stop(self, container_id: str, grace_s: float) -> None:
+        """Stop the container, giving it ``grace_s`` before the kill; one already gone is fine."""
         with contextlib.suppress(docker.errors.NotFound):
             self.client.api.stop(container_id, timeout=int(max(0, round(grace_s))))
 
     def remove(self, container_id: str) -> None:
+        """Remove the container, even if it still runs."""
         try:
             self.client.api.remove_container(container_id, force=True)
         except docker.errors.APIError as exc:
@@ -274,6 +288,7 @@ class DockerRuntime:
         return out
 
     def stats(self, container_id: str, previous: Stats | None = None) -> Stats:
+        """Memory in use now and CPU since ``previous`` (Docker reports CPU as running totals)."""
         raw = self.client.api.stats(container_id, stream=False, one_shot=True)
         memory = raw.get("memory_stats", {}) or {}
         used = int(memory.get("usage", 0) or 0) - int(
@@ -329,6 +344,7 @@ def _split_tag(image: str) -> tuple[str, str | None]:
 
 
 def container_name(node_id: str, job_id: str, attempt: int) -> str:
+    """A container name unique per node, job and attempt, with only the characters Docker allows."""
     raw = f"gl-{node_id}-{job_id}-{attempt}"
     name = "".join(c if c.isalnum() or c in "_.-" else "-" for c in raw)
     return name[:200]

@@ -55,6 +55,7 @@ class AgentSettings(BaseSettings):
         return home / "agent" / _safe(self.node_id)
 
     def spool_dir(self, home: Path) -> Path:
+        """The node's spool folder, under the home."""
         return home / "spool" / _safe(self.node_id)
 
     def work_dir(self, home: Path) -> Path:

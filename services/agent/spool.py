@@ -64,11 +64,14 @@ class SpoolRecord:
 
     @classmethod
     def of(cls, event: Event, meta: dict[str, Any] | None = None) -> SpoolRecord:
+        """The spool record of an event: its topic, key, encoded value and headers, ready to
+        send."""
         return cls(
             type(event).TOPIC, event.key, codec.encode(event), codec.headers(event), meta or {}
         )
 
     def to_bytes(self) -> bytes:
+        """The record as one spool entry (length-prefixed, so a torn tail is detected)."""
         meta = json.dumps(
             {
                 "t": self.topic,
@@ -83,6 +86,7 @@ class SpoolRecord:
 
     @classmethod
     def from_payload(cls, payload: bytes) -> SpoolRecord:
+        """The record of one spool entry's payload."""
         (meta_len,) = _META.unpack_from(payload)
         meta = json.loads(payload[_META.size : _META.size + meta_len])
         return cls(
@@ -218,11 +222,15 @@ class SegmentLog:
 
 
 class Publisher(Protocol):
+    """Where a lane sends what it spooled (the ledger's producer, in production)."""
+
     async def publish(self, records: list[SpoolRecord]) -> None:
         """Send ``records`` in order; return once the broker acknowledged all of them."""
         ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release the connection."""
+        ...
 
 
 PublisherFactory = Callable[[str], Publisher]
@@ -265,6 +273,7 @@ class Lane:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     def start(self) -> None:
+        """Start the lane's writer and sender tasks."""
         self._tasks = [
             asyncio.create_task(self._write_loop(), name=f"spool-{self.name}-writer"),
             asyncio.create_task(self._send_loop(), name=f"spool-{self.name}-sender"),
@@ -336,6 +345,7 @@ class Lane:
 
     @property
     def drained(self) -> bool:
+        """Whether everything appended reached the broker."""
         return not self._queue and self.segments.acked >= self.segments.end
 
     async def drain(self, timeout: float) -> bool:
@@ -352,6 +362,8 @@ class Lane:
         return True
 
     async def stop(self) -> None:
+        """Stop the lane's tasks; what is spooled and not yet sent stays on disk for the next
+        start."""
         self._stopping = True
         for task in self._tasks:
             task.cancel()
@@ -386,9 +398,12 @@ class Spool:
 
     @staticmethod
     def lane_of(event: Event) -> str:
+        """The lane an event travels on: logs apart, so a log flood never delays heartbeats or
+        facts."""
         return "logs" if isinstance(event, LogChunk) else "control"
 
     def start(self) -> None:
+        """Start every lane."""
         for lane in self.lanes.values():
             lane.start()
 
@@ -405,11 +420,14 @@ class Spool:
             await self.lanes[self.lane_of(events[0])].put(records)
 
     def scan(self, lane: str) -> Iterator[SpoolRecord]:
+        """Every record of the lane still on disk."""
         return self.lanes[lane].segments.scan()
 
     async def drain(self, timeout: float) -> bool:
+        """Until every lane reached the broker, or ``timeout``; True when all did."""
         results = await asyncio.gather(*(lane.drain(timeout) for lane in self.lanes.values()))
         return all(results)
 
     async def stop(self) -> None:
+        """Stop every lane."""
         await asyncio.gather(*(lane.stop() for lane in self.lanes.values()))
