@@ -364,6 +364,7 @@ class JobEventsConsumer(Service):
         self._task: asyncio.Task[None] | None = None
 
     async def on_start(self) -> None:
+        """Join the processors' group on the Kafka ledger and start consuming in batches."""
         p = self.processors
         s = p.settings
         if not isinstance(p.ledger, Ledger):
@@ -388,6 +389,7 @@ class JobEventsConsumer(Service):
         self._task = asyncio.create_task(self._consume(kafka), name="processors-consume")
 
     async def on_stop(self) -> None:
+        """Stop consuming and leave the group."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -447,7 +449,7 @@ class JobEventsConsumer(Service):
         self.processors.app.monitor.on_tp_commit(cast(Any, offsets))
 
 
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+class _Rebalance(ConsumerRebalanceListener):
     """Lets a batch in flight finish (and commit) before its partitions move; forgets
     the rebuilt state of a job-events partition this worker no longer owns."""
 

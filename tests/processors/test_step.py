@@ -56,7 +56,7 @@ async def drain(processors: Any, ledger: FakeLedger, size: int) -> None:
 
 
 def outcome(ledger: FakeLedger, job_id: str) -> tuple[list[Event], Any, Any]:
-    history = unique(ledger.values(TOPIC("job-events"), job_id))
+    history = list(unique(ledger.values(TOPIC("job-events"), job_id)))
     views = ledger.values(TOPIC("job-state"), job_id)
     records = ledger.values(TOPIC("accounting"), job_id)
     return history, views[-1] if views else None, records[-1] if records else None

@@ -50,7 +50,7 @@ def test_history_queries_equal_the_definitions(h: JobHistory, data: st.DataObjec
     assert list(history) == expected
     assert len(history) == len(expected)
     assert History.of(history) is history
-    classes = {type(e) for e in events} | {Event, AttemptScheduled}
+    classes: set[type[Event]] = {type(e) for e in events} | {Event, AttemptScheduled}
     attempts = [None, *range(0, max(e.attempt for e in events) + 2)]
     for cls in classes:
         for n in attempts:
