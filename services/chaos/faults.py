@@ -31,6 +31,8 @@ Inject = Callable[["Phase"], Awaitable[str]]
 
 @dataclass(frozen=True)
 class Fault:
+    """One fault the suite can inject: what it does, how, and what it needs (root, brokers)."""
+
     name: str
     description: str
     inject: Inject
@@ -49,6 +51,7 @@ def _kill_service(name: str) -> Inject:
 
 
 async def kill_postgres(run: Phase) -> str:
+    """Kill Postgres with SIGKILL, then start it again: the sink and API must ride it out."""
     pid = postgres.running_pid(run.settings)
     if pid is None:
         return "Postgres was not running"
@@ -80,6 +83,7 @@ def _children(pid: int) -> list[int]:
 
 
 async def kill_broker(run: Phase) -> str:
+    """Kill one broker with SIGKILL, then start it again."""
     node = kafka.cluster_nodes(run.settings)[0]
     pid = kafka.node_pid(node)
     if pid is None:
@@ -92,6 +96,7 @@ async def kill_broker(run: Phase) -> str:
 
 
 async def kill_leader(run: Phase) -> str:
+    """Kill the broker leading job-events partition 0, then start it again (a leader election)."""
     topic = run.settings.topic("job-events")
     async with admin_client(run.settings) as admin:
         (described,) = await admin.describe_topics([topic])
@@ -111,6 +116,8 @@ async def kill_leader(run: Phase) -> str:
 
 
 async def pause_agent(run: Phase) -> str:
+    """Stop an agent (SIGSTOP) past the lost deadline, then let it go on: its late facts must be
+    reconciled."""
     name = run.docker_agents[0]
     pause = run.timings.thresholds.silence_s + run.timings.thresholds.lost_after_s + 5
     pid = run.services.signal(name, signal.SIGSTOP)
@@ -140,6 +147,7 @@ def _clock(shift: str) -> Inject:
 
 
 async def disk_full(run: Phase) -> str:
+    """Fill the filesystem under an agent's spool until a write is refused, then free it."""
     name, spool = run.docker_agents[-1], run.spool_mount
     if spool is None:
         return "skipped: no small filesystem under the spool (needs root and tmpfs)"
@@ -163,6 +171,7 @@ async def disk_full(run: Phase) -> str:
 
 
 async def partition_agent(run: Phase) -> str:
+    """Cut an agent off the network (its namespace's link down) for the outage, then heal it."""
     ns = run.netns
     if ns is None:
         return "skipped: no network namespace"
@@ -222,6 +231,7 @@ OVERLAPS: dict[str, tuple[str, ...]] = {
 
 
 def members(name: str) -> tuple[str, ...]:
+    """The faults a name stands for: an overlap's members, else the fault itself."""
     return OVERLAPS.get(name, (name,))
 
 

@@ -88,6 +88,8 @@ SETTLE_S = 30.0
 
 @dataclass(frozen=True)
 class PhaseConfig:
+    """One phase of a chaos run: its private stack's size, the faults it injects and the load."""
+
     name: str
     brokers: int
     faults: tuple[str, ...]
@@ -155,6 +157,8 @@ FULL = (
 
 @dataclass
 class FaultResult:
+    """What one injected fault did, and when, as the report records it."""
+
     name: str
     members: tuple[str, ...]
     injected_at: str
@@ -166,6 +170,7 @@ class FaultResult:
     verify: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The result as the report's JSON holds it."""
         return {
             "fault": self.name,
             "members": list(self.members),
@@ -210,6 +215,8 @@ class Phase:
     # ------------------------------------------------------------------ the stack
 
     async def start(self) -> None:
+        """Start the phase's private stack (once more on new ports if a port was taken
+        meanwhile)."""
         if not link_jars(self.shared, self.home):
             raise RuntimeError(
                 f"no Kafka jars in {self.shared.home}/kafka/lib: run `gridledger dev up` once"
@@ -313,9 +320,11 @@ class Phase:
         return ns.wrapper()
 
     async def restart_postgres(self) -> None:
+        """Start Postgres again after a kill, retrying while its port or pid file is stale."""
         await self._retrying(lambda: postgres.up(self.settings, timeout=60), "Postgres")
 
     async def restart_kafka(self) -> None:
+        """Start the brokers again after a kill, retrying while a port or pid file is stale."""
         await self._retrying(lambda: kafka.up(self.settings, timeout=120), "Kafka")
 
     async def _retrying(self, up: Callable[[], Any], what: str, timeout: float = 120.0) -> None:
@@ -331,12 +340,15 @@ class Phase:
                 return
 
     async def wait_gone(self, pid: int, timeout: float = 30.0) -> None:
+        """Until the process ``pid`` is gone, or ``timeout`` passed."""
         deadline = time.monotonic() + timeout
         # Another process's exit sets no event here: polling its pid is the only way.
         while processes.is_alive(pid) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
 
     async def stop(self) -> None:
+        """Stop everything the phase started: services, forwarders, namespace, containers, the
+        stack."""
         await asyncio.to_thread(self.services.stop)
         for forwarder in self._forwarders:
             with contextlib.suppress(ProcessLookupError):
@@ -374,10 +386,12 @@ class Phase:
 
     @property
     def base_url(self) -> str:
+        """The phase's API."""
         return f"http://127.0.0.1:{self.settings.api_port}"
 
     @property
     def http(self) -> aiohttp.ClientSession:
+        """The phase's HTTP session (open between start and stop)."""
         assert self._http is not None
         return self._http
 
@@ -490,6 +504,8 @@ class Phase:
     # ------------------------------------------------------------------ the run
 
     async def run(self) -> dict[str, Any]:
+        """Run the phase: the load, each fault in turn, then the final check over the whole
+        ledger."""
         cfg = self.config
         began = time.monotonic()
         try:

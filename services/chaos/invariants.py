@@ -93,6 +93,7 @@ class LedgerSnapshot:
     derived events inherit as ``occurred_at``) does not distort."""
 
     def when(self, event: Event) -> datetime:
+        """When the event was appended (the producing service's clock), else its ``occurred_at``."""
         return self.appended_at.get(event.event_id, event.occurred_at)
 
 
@@ -107,16 +108,21 @@ class Acks:
 
 @dataclass(frozen=True)
 class Finding:
+    """One broken invariant: which, for which job, and the evidence."""
+
     invariant: str
     job_id: str
     detail: str
 
     def line(self) -> str:
+        """The finding as a report line."""
         return f"{self.invariant:<18} {self.job_id or '-':<18} {self.detail}"
 
 
 @dataclass
 class Verdict:
+    """The check's outcome over the whole ledger: every finding, and what was checked."""
+
     findings: list[Finding]
     jobs: int
     terminal: int
@@ -125,22 +131,27 @@ class Verdict:
     longest_job: str
 
     def count(self, invariant: str) -> int:
+        """Findings of one invariant."""
         return sum(1 for f in self.findings if f.invariant == invariant)
 
     @property
     def ok(self) -> bool:
+        """Whether every invariant held."""
         return not self.findings
 
     @property
     def lost(self) -> int:
+        """Acknowledged jobs the ledger does not have."""
         return self.count("lost")
 
     @property
     def stuck(self) -> int:
+        """Jobs that did not end within their bound."""
         return self.count("stuck")
 
     @property
     def double_billed(self) -> int:
+        """Attempts billed twice, each counted once whatever the invariants that saw it."""
         return len(
             {
                 (f.job_id, f.detail.split(":")[0])
@@ -150,6 +161,7 @@ class Verdict:
         )
 
     def summary(self) -> dict[str, Any]:
+        """The verdict's figures, as the report's JSON holds them."""
         return {
             "ok": self.ok,
             "jobs": self.jobs,

@@ -62,25 +62,31 @@ class Namespace:
 
     @property
     def name(self) -> str:
+        """The namespace's name."""
         return f"gl{self.tag}"
 
     @property
     def host_if(self) -> str:
+        """The host end of the veth pair."""
         return f"glh{self.tag}"
 
     @property
     def ns_if(self) -> str:
+        """The namespace's end of the veth pair."""
         return f"gln{self.tag}"
 
     @property
     def host_ip(self) -> str:
+        """The host's address on the pair."""
         return f"10.231.{self.subnet}.1"
 
     @property
     def ns_ip(self) -> str:
+        """The namespace's address on the pair."""
         return f"10.231.{self.subnet}.2"
 
     def create(self) -> None:
+        """Create the namespace and its veth pair, addressed and up."""
         for args in (
             ["ip", "netns", "add", self.name],
             ["ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if],
@@ -103,12 +109,15 @@ class Namespace:
         return ["ip", "netns", "exec", self.name]
 
     def partition(self) -> None:
+        """Take the host end down: the namespace is cut off, its sockets kept."""
         subprocess.run(["ip", "link", "set", self.host_if, "down"], check=True)
 
     def heal(self) -> None:
+        """Bring the host end up again."""
         subprocess.run(["ip", "link", "set", self.host_if, "up"], check=True)
 
     def delete(self) -> None:
+        """Remove the pair and the namespace; what is already gone is fine."""
         subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
 
@@ -127,6 +136,8 @@ def available() -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    """``python -m services.chaos.netns forward LISTEN TARGET``: a TCP forwarder run inside a
+    namespace."""
     if len(argv) != 3 or argv[0] != "forward":
         print("usage: python -m services.chaos.netns forward LISTEN_HOST:PORT TARGET_HOST:PORT")
         return 2

@@ -50,13 +50,16 @@ class Services:
         """Services that run but never opened their ops port (readiness = running)."""
 
     def start(self, spec: ServiceSpec) -> None:
+        """Start a service under the phase's supervisor."""
         self.specs[spec.name] = spec
         self.supervisor.start(spec)
 
     def pid(self, name: str) -> int | None:
+        """The service's pid now, or None between runs."""
         return self.supervisor.children[name].pid
 
     def restarts(self) -> dict[str, int]:
+        """How often each service was restarted."""
         return {name: c.restarts for name, c in self.supervisor.children.items()}
 
     def kill(self, name: str) -> int:
@@ -105,9 +108,11 @@ class Services:
         return False
 
     def has_ops(self, name: str) -> bool:
+        """Whether the service runs with an ops server."""
         return bool(self.supervisor.children[name].ops_port)
 
     def stop(self) -> None:
+        """Stop every service (a SIGSTOPped one is continued first: it could not exit otherwise)."""
         for name in self.supervisor.children:
             self.signal(name, signal.SIGCONT)  # a stopped process cannot exit
         self.supervisor.stop()

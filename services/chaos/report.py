@@ -46,6 +46,7 @@ def problems(phase: dict[str, Any]) -> list[str]:
 
 
 def summarize(phases: list[dict[str, Any]], started: datetime, elapsed_s: float) -> dict[str, Any]:
+    """The run's report: every phase, and the totals the verdict rests on."""
     finals = [p["final"]["check"] for p in phases]
     kinds = sorted({m for p in phases for f in p["faults"] for m in f["members"]})
     reasons = [f"{p['phase']}: {why}" for p in phases for why in problems(p)]
@@ -86,6 +87,7 @@ def summarize(phases: list[dict[str, Any]], started: datetime, elapsed_s: float)
 
 
 def lines(report: dict[str, Any]) -> list[str]:
+    """The report for people: the totals, then each phase and its faults' recovery."""
     t = report["totals"]
     out = [
         f"gridledger chaos: {'PASS' if t['ok'] else 'FAIL'} in {report['elapsed_s']:.0f} s",

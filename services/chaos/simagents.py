@@ -33,6 +33,8 @@ def _write(acks: TextIO, event_id: str) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
+    """Run a simulated fleet until signalled; exit 1 when a node fails or a fact is not
+    acknowledged."""
     settings = load_settings()
     mix = JobMix.parse(args.mix, args.duration, "1", args.seed)
     stop = asyncio.Event()
@@ -72,6 +74,7 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m services.chaos.simagents``: simulated agents for a chaos phase."""
     p = argparse.ArgumentParser(prog="python -m services.chaos.simagents")
     p.add_argument("--nodes", type=int, default=10)
     p.add_argument("--gpus-per-node", type=int, default=4)

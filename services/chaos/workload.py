@@ -73,6 +73,8 @@ def plan(jobs: int, docker_share: float, keyed_share: float, seed: int, tag: str
 
 @dataclass
 class Submissions:
+    """What the load's submissions got: acknowledgements, answers by status, retries."""
+
     acks: Acks = field(default_factory=Acks)
     statuses: Counter[str] = field(default_factory=Counter)
     """HTTP status (or ``connection``) -> answers, every try counted."""
@@ -84,6 +86,7 @@ class Submissions:
     gave_up: int = 0
 
     def summary(self) -> dict[str, Any]:
+        """The figures as the report's JSON holds them."""
         return {
             "acknowledged_jobs": len(self.acks.jobs),
             "answers": dict(sorted(self.statuses.items())),
@@ -108,6 +111,7 @@ class Workload:
         """A submission the API cannot take is retried this long, then given up."""
 
     def feed(self, planned: list[Planned]) -> None:
+        """Queue jobs for the submitters."""
         for p in planned:
             self.queue.put_nowait(p)
 
