@@ -48,6 +48,8 @@ def summary(values: Sequence[float], unit: str = "s") -> dict[str, Any]:
 
 
 def ratio(a: float, b: float) -> float | None:
+    """``a / b`` to three decimals; None when ``b`` is 0 (a ratio against a baseline that did
+    nothing)."""
     return round(a / b, 3) if b else None
 
 
@@ -63,6 +65,7 @@ def peak_rss_mb(pid: int) -> float | None:
 
 
 def self_peak_rss_mb() -> float:
+    """This process's peak resident memory, in MiB."""
     return peak_rss_mb(os.getpid()) or 0.0
 
 
@@ -145,6 +148,7 @@ class Result:
     elapsed_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
+        """The result as the JSON file under bench/results holds it."""
         return {
             "name": self.name,
             "quick": self.quick,
@@ -162,12 +166,14 @@ class Result:
         }
 
     def save(self, directory: Path) -> Path:
+        """Write the result as ``NAME.json`` in ``directory``; return the file."""
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{self.name}.json"
         path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
         return path
 
     def lines(self) -> list[str]:
+        """The result for people: parameters, figures, targets met or not."""
         out = [f"== {self.name}{' (quick)' if self.quick else ''}: {self.elapsed_s:.1f} s"]
         out += [f"  params   {json.dumps(self.params)}"]
         for label, block in (("", self.figures), ("baseline ", self.baseline)):
@@ -199,6 +205,7 @@ def _fmt(value: Any) -> str:
 
 
 def target(value: float, limit: float, *, at_least: bool) -> dict[str, Any]:
+    """A target and whether ``value`` meets it (at least, or at most, ``limit``)."""
     met = value >= limit if at_least else value <= limit
     return {
         "value": round(value, 4),
@@ -208,6 +215,7 @@ def target(value: float, limit: float, *, at_least: bool) -> dict[str, Any]:
 
 
 def unique(kind: str = "bench") -> str:
+    """A fresh name (topic prefix, schema) so that runs never see each other's data."""
     return f"{kind}-{uuid.uuid4().hex[:8]}"
 
 
@@ -248,10 +256,12 @@ class Clock:
 
     @property
     def elapsed(self) -> float:
+        """Seconds since the timer started."""
         return time.perf_counter() - self.began
 
 
 async def gather_limited(coros: Iterable[Any], limit: int = 50) -> list[Any]:
+    """Await ``coros`` with at most ``limit`` running at once; results in order."""
     sem = asyncio.Semaphore(limit)
 
     async def one(c: Any) -> Any:

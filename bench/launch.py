@@ -33,6 +33,7 @@ SPEC = {
 
 
 def bare_docker(n: int) -> list[float]:
+    """The baseline: ``n`` bare ``docker run`` of a no-op container, each timed by wall clock."""
     out = []
     for _ in range(n):
         began = time.perf_counter()
@@ -46,6 +47,7 @@ def bare_docker(n: int) -> list[float]:
 
 
 def one_job(stack: BenchStack) -> dict[str, Any]:
+    """One no-op job through the stack: submit -> running and submit -> terminal, in seconds."""
     submitted_at = time.time()
     job_id = stack.submit(SPEC)
     doc: dict[str, Any] = {}
@@ -73,6 +75,7 @@ def one_job(stack: BenchStack) -> dict[str, Any]:
 
 
 def measure(settings: Settings, n: int, result: Result) -> None:
+    """The baseline, then ``n`` jobs through a bench stack, into ``result``."""
     result.samples["docker_run"] = bare_docker(n)
     stack = BenchStack(settings, f"bench-node-{uuid.uuid4().hex[:6]}").start()
     try:
@@ -89,6 +92,7 @@ def measure(settings: Settings, n: int, result: Result) -> None:
 
 
 async def run(settings: Settings, quick: bool) -> Result:
+    """The launch benchmark (see the module docstring)."""
     n = 3 if quick else 50
     result = Result("launch", quick, params={"jobs": n, "image": IMAGE, "spec": SPEC})
     async with isolated(settings, api_port=free_port()) as scoped:

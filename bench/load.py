@@ -17,6 +17,8 @@ BENCH_MIX = JobMix.parse("success=80,user_error=10,oom=10", duration="2-6")
 
 @dataclass
 class Encoded:
+    """One record ready to send: topic, key, value and headers already encoded."""
+
     topic: str
     key: bytes
     value: bytes
@@ -28,6 +30,8 @@ class Encoded:
 
 @dataclass
 class Loaded:
+    """What a load sent: events and jobs."""
+
     events: int = 0
     jobs: int = 0
     by_topic: Counter[str] = field(default_factory=Counter)
@@ -47,6 +51,7 @@ def histories(count: int, prefix: str = "job", mix: JobMix = BENCH_MIX) -> list[
 
 
 def encode(ledger: Ledger, jobs: list[list[Event]]) -> list[Encoded]:
+    """The records of simulated histories, encoded once, so sending measures only the broker."""
     out = []
     for history in jobs:
         for n, event in enumerate(history):
@@ -77,4 +82,5 @@ async def send(ledger: Ledger, records: list[Encoded]) -> Loaded:
 
 
 async def load(ledger: Ledger, count: int, prefix: str = "job") -> Loaded:
+    """Append ``count`` simulated job histories to the ledger."""
     return await send(ledger, encode(ledger, histories(count, prefix)))

@@ -26,6 +26,7 @@ RATE = 100
 
 
 def program(seconds: float) -> list[str]:
+    """The job's command: print timestamped lines at the benchmark's rate for ``seconds``."""
     code = (
         "import time,sys\n"
         f"n={int(seconds * RATE)}; t0=time.time()\n"
@@ -38,6 +39,7 @@ def program(seconds: float) -> list[str]:
 
 
 def latencies(lines: list[tuple[float, str]]) -> list[float]:
+    """Arrival minus the timestamp printed in each line, in seconds."""
     out = []
     for arrived, line in lines:
         parts = line.split()
@@ -50,6 +52,7 @@ def latencies(lines: list[tuple[float, str]]) -> list[float]:
 
 
 def bare_docker(seconds: float) -> list[float]:
+    """The baseline: the same program under ``docker run -d``, followed by ``docker logs -f``."""
     cid = subprocess.run(
         ["docker", "run", "-d", "--network", "none", IMAGE, *program(seconds)],
         check=True,
@@ -69,6 +72,7 @@ def bare_docker(seconds: float) -> list[float]:
 
 
 def through_api(settings: Settings, seconds: float, result: Result) -> list[float]:
+    """The program as a job, its log followed live through the API; the latencies."""
     stack = BenchStack(settings, f"bench-node-{uuid.uuid4().hex[:6]}").start()
     lines: list[tuple[float, str]] = []
     try:
@@ -105,6 +109,7 @@ def through_api(settings: Settings, seconds: float, result: Result) -> list[floa
 
 
 async def run(settings: Settings, quick: bool) -> Result:
+    """The logs benchmark (see the module docstring)."""
     seconds = 3.0 if quick else 20.0
     result = Result("logs", quick, params={"lines_per_s": RATE, "seconds": seconds, "image": IMAGE})
     result.samples["docker_logs_f"] = await asyncio.to_thread(bare_docker, seconds)
@@ -121,6 +126,7 @@ async def run(settings: Settings, quick: bool) -> Result:
 
 
 def percentile_of(values: list[float], q: float) -> float:
+    """The ``q`` percentile of ``values`` (in their unit)."""
     from bench.common import percentile
 
     return percentile(values, q)

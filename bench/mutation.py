@@ -36,6 +36,8 @@ TESTS = ("tests/projections", "tests/golden", "tests/processors/test_dispatch.py
 
 @dataclass(frozen=True)
 class Mutation:
+    """One deliberate bug in the code: a test must fail when it is applied."""
+
     id: str
     path: str
     find: str
@@ -207,6 +209,8 @@ def run_one(m: Mutation, timeout_s: float) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.mutation``: apply each mutation, run its tests, report the ones no test
+    caught."""
     parser = argparse.ArgumentParser(prog="python -m bench.mutation", description=__doc__)
     parser.add_argument("ids", nargs="*", help="mutation ids (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")

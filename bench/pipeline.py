@@ -92,6 +92,7 @@ async def watch(
 async def through_processors(
     settings: Settings, records: list[Encoded], warm: list[Encoded], rate: float, result: Result
 ) -> dict[str, Any]:
+    """Offer ``records`` at ``rate`` to a processors worker; throughput and per-job lag."""
     services = Supervisor(settings, log_dir=settings.home / "bench" / settings.pg_schema)
     services.start(ServiceSpec("processors", ["processors"]))
     try:
@@ -188,6 +189,7 @@ async def raw(settings: Settings, records: list[Encoded], rate: float) -> dict[s
 
 
 async def run(settings: Settings, quick: bool) -> Result:
+    """The pipeline benchmark (see the module docstring)."""
     rate, seconds = (2_000.0, 3.0) if quick else (20_000.0, 4.0)
     result = Result("pipeline", quick, params={"offered_events_per_s": rate, "seconds": seconds})
     async with isolated(settings) as scoped, Ledger(scoped, "bench-pipeline-encode") as ledger:

@@ -20,6 +20,7 @@ from services.settings import load_settings
 
 
 async def profile_replay(events: int) -> object:
+    """Profile a replay of ``events`` events."""
     from bench.replay import replay
 
     async with isolated(load_settings()) as s, Ledger(s, "profile") as ledger:
@@ -28,6 +29,7 @@ async def profile_replay(events: int) -> object:
 
 
 async def profile_sink(events: int) -> object:
+    """Profile the sink applying ``events`` events."""
     from bench.sink import drain
     from services.sink import db
     from services.sink.consumer import build_sink
@@ -43,6 +45,7 @@ async def profile_sink(events: int) -> object:
 
 
 async def profile_processors(events: int) -> object:
+    """Profile a processors worker over ``events`` events."""
     from services.processors import build_processors
 
     async with isolated(load_settings()) as s, Ledger(s, "profile") as ledger:
@@ -70,6 +73,7 @@ async def profile_processors(events: int) -> object:
 
 
 async def profile_scheduler(events: int) -> object:
+    """Profile the scheduler placing a backlog through Kafka."""
     from bench.scheduling import through_kafka
 
     async with isolated(load_settings()) as s:
@@ -101,6 +105,7 @@ async def _profiled(coro: object) -> object:
 
 
 def main() -> None:
+    """``python -m bench.profile NAME [EVENTS]``: print where one path spends its time."""
     name = sys.argv[1]
     events = int(sys.argv[2]) if len(sys.argv) > 2 else 20_000
     runner = {

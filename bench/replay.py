@@ -77,6 +77,7 @@ async def replay(
 
 
 async def raw_baseline(ledger: Ledger, topics: tuple[str, ...]) -> dict[str, Any]:
+    """The baseline: read and decode the same topics with nothing else done."""
     writers = codec.registry().writers
     count = 0
     began = time.perf_counter()
@@ -111,6 +112,7 @@ async def raw_baseline(ledger: Ledger, topics: tuple[str, ...]) -> dict[str, Any
 
 
 async def run(settings: Settings, quick: bool) -> Result:
+    """The replay benchmark (see the module docstring)."""
     size = 20_000 if quick else 300_000
     workers = default_workers()
     result = Result("replay", quick, params={"events_requested": size, "workers": workers})
@@ -195,6 +197,7 @@ def _fmt_growth(figures: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    """``python -m bench.replay``: the benchmark from the command line."""
     from services.settings import load_settings
 
     parser = argparse.ArgumentParser(prog="python -m bench.replay", description=__doc__)

@@ -19,6 +19,7 @@ NAMES = ("scheduling", "simulation", "replay", "sink", "pipeline", "launch", "lo
 
 
 def results_dir(quick: bool, out: Path | None = None) -> Path:
+    """Where results are written: ``out``, else bench/results (quick runs in quick/)."""
     return out or (RESULTS / "quick" if quick else RESULTS)
 
 

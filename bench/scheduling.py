@@ -38,6 +38,7 @@ MODELS = [("T4", 16), ("L4", 24), ("A100-40GB", 40), ("A100-80GB", 80), ("H100-8
 
 
 def fleet_events(nodes: int, at: datetime) -> list[Event]:
+    """``nodes`` simulated 8-GPU nodes registered at ``at`` (five models, three providers)."""
     out: list[Event] = []
     for i in range(nodes):
         model, gb = MODELS[i % len(MODELS)]
@@ -61,6 +62,7 @@ def fleet_events(nodes: int, at: datetime) -> list[Event]:
 
 
 def job_events(jobs: int, at: datetime, prefix: str = "j") -> list[JobSubmitted]:
+    """``jobs`` submissions of the benchmark's 50 kinds, reproducible (seeded)."""
     rnd = random.Random(1)
     kinds = [
         JobSpec(
@@ -77,6 +79,7 @@ def job_events(jobs: int, at: datetime, prefix: str = "j") -> list[JobSubmitted]
 
 
 def pure(nodes: int, jobs: int, rounds: int = 20, free: int = 200) -> dict[str, Any]:
+    """Placements per second of the pure decision core, first pass and steady state."""
     t0 = datetime.now(UTC)
     s = SchedulerState(SchedulerConfig(), FitChecker())
     for e in fleet_events(nodes, t0):
@@ -110,6 +113,7 @@ def pure(nodes: int, jobs: int, rounds: int = 20, free: int = 200) -> dict[str, 
 
 
 async def through_kafka(settings: Settings, nodes: int, jobs: int, free: int) -> dict[str, Any]:
+    """Placements per second of the scheduler service, backlog then live, through Kafka."""
     t0 = datetime.now(UTC)
     async with Ledger(settings, "bench-scheduling") as ledger:
         await ledger.append_many(fleet_events(nodes, t0))
@@ -177,6 +181,7 @@ async def through_kafka(settings: Settings, nodes: int, jobs: int, free: int) ->
 
 
 async def run(settings: Settings, quick: bool) -> Result:
+    """The scheduling benchmark (see the module docstring)."""
     nodes, jobs = (100, 1000) if quick else (1000, 10_000)
     free = 200 if quick else 2000
     result = Result(

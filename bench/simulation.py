@@ -27,6 +27,7 @@ QUICK_MIX = "success=80,user_error=10,oom=10"
 
 
 async def run(settings: Settings, quick: bool) -> Result:
+    """The simulation benchmark (see the module docstring)."""
     nodes, jobs = (100, 150) if quick else (2000, 3000)
     # Quick (CI) leaves node losses out: a lost node's undispatched attempts wait the
     # 30 s dispatch timeout, which would triple the quick run.

@@ -34,6 +34,7 @@ TABLES = tuple(DERIVED_TABLES)
 
 
 async def counts(pool: Any) -> dict[str, int]:
+    """Rows per table of the sink's schema."""
     async with pool.acquire() as conn:
         return {t: int(await conn.fetchval(f"SELECT count(*) FROM {t}")) for t in TABLES}
 
@@ -112,6 +113,7 @@ async def raw_baseline(sink: Sink, pool: Any) -> dict[str, Any]:
 
 
 async def run(settings: Settings, quick: bool) -> Result:
+    """The sink benchmark (see the module docstring)."""
     size = 5_000 if quick else 60_000
     result = Result("sink", quick, params={"events_requested": size})
     async with isolated(settings) as scoped, Ledger(scoped, "bench-sink") as ledger:

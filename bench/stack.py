@@ -18,6 +18,7 @@ from services.settings import Settings
 
 
 def free_port() -> int:
+    """A port free now on 127.0.0.1 (the OS picks it)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -34,6 +35,7 @@ class BenchStack:
         self.api: ApiClient | None = None
 
     def start(self) -> BenchStack:
+        """Start the services and the agent on bench topics and schema; wait until it registered."""
         s = self.settings
         inventory = self.workdir / "inventory.json"
         inventory.parent.mkdir(parents=True, exist_ok=True)
@@ -76,11 +78,14 @@ class BenchStack:
 
     @property
     def client(self) -> ApiClient:
+        """The API client, once the stack runs."""
         if self.api is None:
             raise GridledgerError("bench stack not started")
         return self.api
 
     def wait(self, check: Any, timeout_s: float, what: str, every: float = 0.2) -> None:
+        """Until ``check`` holds; a dead service or the bound ends the benchmark with an error
+        naming ``what``."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self.services.check_alive()
@@ -92,14 +97,18 @@ class BenchStack:
         )
 
     def submit(self, spec: dict[str, Any]) -> str:
+        """Submit a job spec; its id."""
         return str(self.client.post("/v1/jobs", json.dumps(spec).encode())["job_id"])
 
     def rss(self) -> dict[str, float | None]:
+        """Each service's peak resident memory, in MiB."""
         return {name: peak_rss_mb(svc.pids[-1]) for name, svc in self.services.children.items()}
 
     def stop(self) -> None:
+        """Stop every service the stack started."""
         self.services.stop()
 
     @property
     def log_dir(self) -> Path:
+        """Where the services' logs are."""
         return self.services.log_dir
