@@ -39,6 +39,7 @@ from schemas import codec
 from schemas.events import Event, LogChunk
 from services.agent.errors import AgentError
 from services.backoff import Backoff, Outage, wait_event
+from services.ledger.errors import LedgerRefusedError
 
 log = logging.getLogger(__name__)
 
@@ -331,10 +332,12 @@ class Lane:
                 if self._stopping:
                     raise asyncio.CancelledError from exc
                 self.failures += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                self.outage.down(
-                    f"spool lane {self.name} holds {len(batch)}+ entries: {self.last_error}"
-                )
+                error = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, LedgerRefusedError):
+                    self._refused(error)
+                else:
+                    self.outage.down(f"spool lane {self.name} holds {len(batch)}+ entries: {error}")
+                self.last_error = error
                 await asyncio.sleep(SEND_BACKOFF.delay(tries))
                 tries += 1
                 continue
@@ -342,6 +345,13 @@ class Lane:
             self.outage.up()
             self.sent += len(batch)
             await self._io(self.segments.ack, batch[-1][1])
+
+    def _refused(self, error: str) -> None:
+        """Not an outage: the broker refuses the entry until someone fixes the cause. A
+        fact is never dropped, so it stays on disk and is retried; the log says what to
+        fix, once per refusal."""
+        if error != self.last_error:
+            log.error("spool lane %s: %s; the entry stays on disk and is retried", self.name, error)
 
     @property
     def drained(self) -> bool:

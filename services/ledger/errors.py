@@ -160,6 +160,6 @@ def append_failed(exc: BaseException, what: str) -> LedgerError:
     if row is None:
         return BrokerUnavailableError(f"{what} failed: the broker did not acknowledge ({detail})")
     return LedgerRefusedError(
-        f"{what} was refused and will not be retried: {row.cause} ({detail}). Fix: {row.fix}",
+        f"{what} was refused, and waiting will not help: {row.cause} ({detail}). Fix: {row.fix}",
         row,
     )

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
+from aiokafka.errors import MessageSizeTooLargeError
+
 from services.agent.spool import SegmentLog, Spool, SpoolRecord
+from services.ledger.errors import append_failed
 from tests.waiting import eventually
 
 
@@ -121,3 +126,35 @@ async def test_unsent_entries_are_sent_by_the_next_agent_start(tmp_path: Path):
     assert await restarted.drain(5)
     assert online.sent == list(range(5))
     await restarted.stop()
+
+
+class RefusingPublisher(SwitchablePublisher):
+    """The broker refuses every entry (a topic's max.message.bytes too small) until fixed."""
+
+    async def publish(self, records: list[SpoolRecord]) -> None:
+        if not self.online:
+            self.attempts += 1
+            raise append_failed(MessageSizeTooLargeError(), "append to t.job-events")
+        await super().publish(records)
+
+
+async def test_an_entry_the_broker_refuses_stays_on_disk_and_the_log_says_what_to_fix(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refusal is no outage: one ERROR line naming the cause and the fix (no "unreachable"
+    line), and the fact is kept and sent, in order, once the cause is fixed."""
+    caplog.set_level(logging.INFO)
+    publisher = RefusingPublisher()
+    spool = Spool(tmp_path, lambda lane: publisher)
+    spool.start()
+    for i in range(3):
+        await spool.lanes["control"].put([_record(i)])
+    await eventually(lambda: publisher.attempts >= 3, "the sender to retry the refused entry")
+    told = [r for r in caplog.records if "max.message.bytes" in r.getMessage()]
+    assert [r.levelname for r in told] == ["ERROR"]  # once, however many tries
+    assert "Fix: raise max.message.bytes" in told[0].getMessage()
+    assert not [r for r in caplog.records if "unreachable" in r.getMessage()]
+    publisher.online = True  # the operator raised the topic's limit
+    assert await spool.drain(10)
+    assert publisher.sent == [0, 1, 2]
+    await spool.stop()

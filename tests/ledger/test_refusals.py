@@ -74,7 +74,7 @@ async def test_a_record_over_the_topics_max_message_bytes_is_refused_with_the_fi
             await admin.delete_topics([name])
     message = str(refused.value)
     assert "MessageSizeTooLargeError" in message and "max.message.bytes" in message
-    assert "will not be retried" in message and "Fix: raise max.message.bytes" in message
+    assert "waiting will not help" in message and "Fix: raise max.message.bytes" in message
     assert not broker_unavailable(refused.value)
     assert ledger.outage.tries == 0  # never logged as an outage
     assert (first.offset, after.offset) == (0, 1)  # the refused record was not written
