@@ -8,13 +8,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class Record(BaseModel):
-    """Base of every nested record: immutable, unknown fields rejected."""
+class FrozenModel(BaseModel):
+    """Base of every value inside an event or a read model: immutable, unknown fields rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class GpuDevice(Record):
+class GpuDevice(FrozenModel):
     """One GPU of a node's inventory."""
 
     index: int
@@ -23,7 +23,7 @@ class GpuDevice(Record):
     uuid: str = ""
 
 
-class GpuUsage(Record):
+class GpuUsage(FrozenModel):
     """Live usage of one GPU, as read from NVML (zeros on a declared inventory)."""
 
     index: int
@@ -32,7 +32,7 @@ class GpuUsage(Record):
     memory_total_mb: int = 0
 
 
-class CheckpointRef(Record):
+class CheckpointRef(FrozenModel):
     """A stored checkpoint a new attempt can resume from."""
 
     job_id: str
@@ -45,7 +45,7 @@ class CheckpointRef(Record):
     stored_at: datetime | None = None
 
 
-class Avoidance(Record):
+class Avoidance(FrozenModel):
     """Where a retry's placement would rather not go, and what it settled for.
 
     A retry decision's ``avoid_nodes``/``avoid_providers`` are a preference: the
@@ -65,7 +65,7 @@ class Avoidance(Record):
     """Why they were avoided, e.g. "attempt 1 failed node_lost"."""
 
 
-class Evidence(Record):
+class Evidence(FrozenModel):
     """What a failure classification is based on, so a user can check it."""
 
     rule_id: str
@@ -78,7 +78,7 @@ class Evidence(Record):
     """Other facts, e.g. the image, the deadline, the node."""
 
 
-class FitReport(Record):
+class FitReport(FrozenModel):
     """The numbers behind a pre-flight fit decision."""
 
     fits: bool

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from schemas.events import ReleaseReason
 from schemas.spec import JobSpec
-from schemas.types import CheckpointRef, Evidence, FitReport, Record
+from schemas.types import CheckpointRef, Evidence, FitReport, FrozenModel
 
 JobStatus = Literal[
     "submitted",
@@ -53,7 +53,7 @@ arrives late), ``ended`` once released or never accepted, ``superseded`` when st
 because another attempt's result won."""
 
 
-class FailureInfo(Record):
+class FailureInfo(FrozenModel):
     """The classification of the failure that decided the job's (or attempt's) fate."""
 
     failure_class: str
@@ -67,7 +67,7 @@ class FailureInfo(Record):
     attempt: int = 0
 
 
-class OutputInfo(Record):
+class OutputInfo(FrozenModel):
     """One declared output as the job's view shows it: where it was stored, or why not."""
 
     path: str
@@ -82,7 +82,7 @@ class OutputInfo(Record):
     message: str = ""
 
 
-class AttemptView(Record):
+class AttemptView(FrozenModel):
     """One attempt of a job, from placement to release: where it ran and how it ended."""
 
     attempt: int
@@ -124,7 +124,7 @@ class AttemptView(Record):
     attribution: str = ""
 
 
-class JobView(Record):
+class JobView(FrozenModel):
     """The current state of one job, folded from its job-events."""
 
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -165,7 +165,7 @@ class JobView(Record):
     event_count: int = 0
 
 
-class AttemptAccounting(Record):
+class AttemptAccounting(FrozenModel):
     """One attempt's compute: held (lifecycle) against metered (ticks), and who pays it."""
 
     attempt: int
@@ -205,7 +205,7 @@ class AttemptAccounting(Record):
     reconciled: bool = True
 
 
-class AccountingRecord(Record):
+class AccountingRecord(FrozenModel):
     """What one job held, what was metered, what is owed and what is credited."""
 
     SCHEMA_VERSION: ClassVar[int] = 2

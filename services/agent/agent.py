@@ -33,7 +33,7 @@ from schemas.events import (
 from services.agent.attempt import AttemptRunner
 from services.agent.context import AgentContext, GpuPool
 from services.agent.inventory import host_memory_mb
-from services.agent.journal import AttemptRecord, attempt_key
+from services.agent.journal import JournalEntry, attempt_key
 from services.agent.logs import LogState
 from services.ledger import Ledger, TopicPartition
 from services.ledger.client import CONSUMER_OUTAGE_ERRORS, partition_for
@@ -149,14 +149,14 @@ class Agent:
         """'job_id/attempt' of every attempt this agent runs, for its heartbeat."""
         return sorted(self.runners)
 
-    def _launch(self, record: AttemptRecord) -> None:
+    def _launch(self, record: JournalEntry) -> None:
         runner = AttemptRunner(self.ctx, record, self._released)
         self.runners[record.key] = runner
         self._runner_tasks[record.key] = asyncio.create_task(
             runner.run(), name=f"attempt {record.key}"
         )
 
-    def _released(self, record: AttemptRecord) -> None:
+    def _released(self, record: JournalEntry) -> None:
         self.gpus.release(record.key)
         self.runners.pop(record.key, None)
         self._runner_tasks.pop(record.key, None)
@@ -199,7 +199,7 @@ class Agent:
                 len(self.gpus.free()),
             )
             return False
-        record = AttemptRecord(scheduled=scheduled, gpu_indices=indices)
+        record = JournalEntry(scheduled=scheduled, gpu_indices=indices)
         ctx.journal.save(record, durable=True)
         log.info("accepted %s (%s) on GPUs %s", key, scheduled.spec.image, indices)
         self._launch(record)

@@ -54,7 +54,7 @@ from services.agent.errors import (
     ContainerStartError,
     ImageUnavailableError,
 )
-from services.agent.journal import AttemptRecord
+from services.agent.journal import JournalEntry
 from services.agent.logs import Chunk
 from services.agent.logstream import LogFollower
 from services.agent.runtime import (
@@ -82,8 +82,8 @@ class AttemptRunner:
     def __init__(
         self,
         ctx: AgentContext,
-        record: AttemptRecord,
-        on_released: Callable[[AttemptRecord], None],
+        record: JournalEntry,
+        on_released: Callable[[JournalEntry], None],
     ) -> None:
         self.ctx = ctx
         self.record = record

@@ -21,7 +21,7 @@ from services.agent.logs import LogState
 PHASES = ("accepted", "running", "done")
 
 
-class AttemptRecord(BaseModel):
+class JournalEntry(BaseModel):
     """The journal entry of one attempt."""
 
     scheduled: AttemptScheduled
@@ -83,7 +83,7 @@ class Journal:
         twice)."""
         return self.path(job_id, attempt).exists()
 
-    def save(self, record: AttemptRecord, durable: bool = False) -> None:
+    def save(self, record: JournalEntry, durable: bool = False) -> None:
         """Replace the attempt's file atomically; ``durable`` also fsyncs it."""
         path = self.path(record.job_id, record.attempt)
         tmp = path.with_suffix(".tmp")
@@ -94,18 +94,18 @@ class Journal:
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
 
-    def load(self, job_id: str, attempt: int) -> AttemptRecord | None:
+    def load(self, job_id: str, attempt: int) -> JournalEntry | None:
         """The attempt's record, or None when it has none."""
         path = self.path(job_id, attempt)
         if not path.exists():
             return None
-        return AttemptRecord.model_validate_json(path.read_text())
+        return JournalEntry.model_validate_json(path.read_text())
 
-    def unfinished(self) -> list[AttemptRecord]:
+    def unfinished(self) -> list[JournalEntry]:
         """Every journalled attempt not yet finished: what a restarted agent resumes."""
         records = []
         for path in sorted(self.directory.glob("*.json")):
-            record = AttemptRecord.model_validate_json(path.read_text())
+            record = JournalEntry.model_validate_json(path.read_text())
             if record.phase != "done":
                 records.append(record)
         return records

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 
-from services.agent.spool import SpoolRecord
+from services.agent.spool import SpoolEntry
 from services.ledger import Ledger
 from services.settings import Settings
 
@@ -25,7 +25,7 @@ class LedgerPublisher:
         self.name = name
         self._ledger: Ledger | None = None
 
-    async def publish(self, records: list[SpoolRecord]) -> None:
+    async def publish(self, records: list[SpoolEntry]) -> None:
         """Append the lane's records in order, through the ledger's one append path."""
         try:
             if self._ledger is None:

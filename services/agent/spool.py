@@ -53,7 +53,7 @@ Position = tuple[int, int]
 
 
 @dataclass(frozen=True)
-class SpoolRecord:
+class SpoolEntry:
     """One spooled event: already encoded, with its topic suffix, key and headers."""
 
     topic: str
@@ -64,7 +64,7 @@ class SpoolRecord:
     """Extra facts for recovery (e.g. the log cursor after a chunk); not sent."""
 
     @classmethod
-    def of(cls, event: Event, meta: dict[str, Any] | None = None) -> SpoolRecord:
+    def of(cls, event: Event, meta: dict[str, Any] | None = None) -> SpoolEntry:
         """The spool record of an event: its topic, key, encoded value and headers, ready to
         send."""
         return cls(
@@ -86,7 +86,7 @@ class SpoolRecord:
         return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
 
     @classmethod
-    def from_payload(cls, payload: bytes) -> SpoolRecord:
+    def from_payload(cls, payload: bytes) -> SpoolEntry:
         """The record of one spool entry's payload."""
         (meta_len,) = _META.unpack_from(payload)
         meta = json.loads(payload[_META.size : _META.size + meta_len])
@@ -155,7 +155,7 @@ class SegmentLog:
         if self.acked > self.end:
             self.acked = self.end
 
-    def _iter_segment(self, number: int, offset: int) -> Iterator[tuple[SpoolRecord, int]]:
+    def _iter_segment(self, number: int, offset: int) -> Iterator[tuple[SpoolEntry, int]]:
         try:
             fh = self._segment(number).open("rb")
         except FileNotFoundError:
@@ -169,9 +169,9 @@ class SegmentLog:
                 if len(payload) != length or zlib.crc32(payload) != crc:
                     return
                 pos += _HEADER.size + length
-                yield SpoolRecord.from_payload(payload), pos
+                yield SpoolEntry.from_payload(payload), pos
 
-    def append(self, records: list[SpoolRecord]) -> None:
+    def append(self, records: list[SpoolEntry]) -> None:
         """Append and fsync; rolls to a new segment once the current one is large."""
         seg, off = self.end
         if off >= self.segment_bytes:
@@ -185,9 +185,9 @@ class SegmentLog:
 
     def read(
         self, start: Position, max_records: int = 500, max_bytes: int = 4 * 1024 * 1024
-    ) -> list[tuple[SpoolRecord, Position]]:
+    ) -> list[tuple[SpoolEntry, Position]]:
         """Records after ``start`` (each with the position after it), in order."""
-        out: list[tuple[SpoolRecord, Position]] = []
+        out: list[tuple[SpoolEntry, Position]] = []
         seg, off = start
         size = 0
         while (seg, off) < self.end:
@@ -215,7 +215,7 @@ class SegmentLog:
             if number < position[0]:
                 self._segment(number).unlink(missing_ok=True)
 
-    def scan(self) -> Iterator[SpoolRecord]:
+    def scan(self) -> Iterator[SpoolEntry]:
         """Every record still on disk, acknowledged or not (for recovery)."""
         for number in self._segments():
             for record, _ in self._iter_segment(number, 0):
@@ -225,7 +225,7 @@ class SegmentLog:
 class Publisher(Protocol):
     """Where a lane sends what it spooled (the ledger's producer, in production)."""
 
-    async def publish(self, records: list[SpoolRecord]) -> None:
+    async def publish(self, records: list[SpoolEntry]) -> None:
         """Send ``records`` in order; return once the broker acknowledged all of them."""
         ...
 
@@ -260,7 +260,7 @@ class Lane:
         self.outage = outage or Outage("the broker")
         """Told of every failed send: one log line when the broker goes, one when it is back."""
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"spool-{name}")
-        self._queue: list[tuple[SpoolRecord, asyncio.Future[None]]] = []
+        self._queue: list[tuple[SpoolEntry, asyncio.Future[None]]] = []
         self._wake_writer = asyncio.Event()
         self._written = asyncio.Event()
         self._acked = asyncio.Event()
@@ -282,7 +282,7 @@ class Lane:
         if self.segments.acked < self.segments.end:
             self._written.set()
 
-    async def put(self, records: list[SpoolRecord]) -> None:
+    async def put(self, records: list[SpoolEntry]) -> None:
         """Append durably; returns once the records are fsynced."""
         loop = asyncio.get_running_loop()
         futures = []
@@ -419,17 +419,17 @@ class Spool:
 
     async def append(self, event: Event, meta: dict[str, Any] | None = None) -> None:
         """Spool one event durably (its lane is chosen by its type)."""
-        await self.lanes[self.lane_of(event)].put([SpoolRecord.of(event, meta)])
+        await self.lanes[self.lane_of(event)].put([SpoolEntry.of(event, meta)])
 
     async def append_many(
         self, events: Sequence[Event], meta: dict[str, Any] | None = None
     ) -> None:
         """Spool events of one lane in one fsync."""
         if events:
-            records = [SpoolRecord.of(e, meta) for e in events]
+            records = [SpoolEntry.of(e, meta) for e in events]
             await self.lanes[self.lane_of(events[0])].put(records)
 
-    def scan(self, lane: str) -> Iterator[SpoolRecord]:
+    def scan(self, lane: str) -> Iterator[SpoolEntry]:
         """Every record of the lane still on disk."""
         return self.lanes[lane].segments.scan()
 

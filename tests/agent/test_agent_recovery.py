@@ -22,7 +22,7 @@ from schemas.events import AttemptHeartbeat, ComputeHeld, ComputeReleased, LogCh
 from services.agent.errors import ImageUnavailableError
 from services.agent.publisher import LedgerPublisher
 from services.agent.runtime import DockerRuntime
-from services.agent.spool import SpoolRecord
+from services.agent.spool import SpoolEntry
 from services.ledger import Ledger
 from services.settings import Settings, load_settings
 from tests.agent.conftest import (
@@ -127,7 +127,7 @@ class SwitchablePublisher:
         self.offline = False
         self.refused = 0
 
-    async def publish(self, records: list[SpoolRecord]) -> None:
+    async def publish(self, records: list[SpoolEntry]) -> None:
         if self.offline:
             self.refused += 1
             raise ConnectionError("broker unreachable (test outage)")

@@ -13,7 +13,7 @@ from schemas.types import CheckpointRef, GpuDevice
 from services.agent.attempt import AttemptRunner
 from services.agent.context import AgentContext
 from services.agent.inventory import Inventory
-from services.agent.journal import AttemptRecord, Journal
+from services.agent.journal import Journal, JournalEntry
 from services.agent.settings import AgentSettings
 from services.settings import Settings
 
@@ -51,7 +51,7 @@ def _runner(tmp_path: Path, source: str, **scheduled: Any) -> AttemptRunner:
         ),
         **scheduled,
     )
-    return AttemptRunner(ctx, AttemptRecord(scheduled=event, gpu_indices=[1, 3]), lambda r: None)
+    return AttemptRunner(ctx, JournalEntry(scheduled=event, gpu_indices=[1, 3]), lambda r: None)
 
 
 def test_limits_labels_env_and_no_gpu_request_on_a_declared_inventory(tmp_path: Path):

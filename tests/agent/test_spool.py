@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from aiokafka.errors import MessageSizeTooLargeError
 
-from services.agent.spool import SegmentLog, Spool, SpoolRecord
+from services.agent.spool import SegmentLog, Spool, SpoolEntry
 from services.ledger.errors import append_failed
 from tests.waiting import eventually
 
 
-def _record(i: int, lane_topic: str = "job-events") -> SpoolRecord:
-    return SpoolRecord(lane_topic, f"job-{i % 3}", f"value-{i}".encode(), [("h", b"v")], {"i": i})
+def _record(i: int, lane_topic: str = "job-events") -> SpoolEntry:
+    return SpoolEntry(lane_topic, f"job-{i % 3}", f"value-{i}".encode(), [("h", b"v")], {"i": i})
 
 
 def test_records_survive_a_reopen_and_reads_resume_from_the_acked_position(tmp_path: Path):
@@ -75,7 +75,7 @@ class SwitchablePublisher:
         self.sent: list[int] = []
         self.attempts = 0
 
-    async def publish(self, records: list[SpoolRecord]) -> None:
+    async def publish(self, records: list[SpoolEntry]) -> None:
         self.attempts += 1
         if not self.online:
             raise ConnectionError("broker unreachable")
@@ -131,7 +131,7 @@ async def test_unsent_entries_are_sent_by_the_next_agent_start(tmp_path: Path):
 class RefusingPublisher(SwitchablePublisher):
     """The broker refuses every entry (a topic's max.message.bytes too small) until fixed."""
 
-    async def publish(self, records: list[SpoolRecord]) -> None:
+    async def publish(self, records: list[SpoolEntry]) -> None:
         if not self.online:
             self.attempts += 1
             raise append_failed(MessageSizeTooLargeError(), "append to t.job-events")
