@@ -53,6 +53,7 @@ from schemas.events import (
 )
 from schemas.types import Evidence
 from schemas.views import (
+    IN_FLIGHT_STATUSES,
     TERMINAL_STATUSES,
     UNPLACED_STATUSES,
     AttemptStatus,
@@ -62,9 +63,6 @@ from schemas.views import (
     JobView,
     OutputInfo,
 )
-
-_PROGRESS = ("scheduled", "starting", "running", "finishing")
-"""The in-flight states of an attempt, in order; a fact never moves a job backwards."""
 
 
 def evolve(view: JobView | None, event: Event) -> JobView:
@@ -165,16 +163,16 @@ def _advance(view: JobView, event: Event, status: JobStatus) -> JobView:
         if status in ("starting", "running"):
             return _anomaly(view, event, f"the attempt moved on after the job ended {view.status}")
         return view  # the release and outputs of a finished attempt arrive after the decision
-    rank = _PROGRESS.index(status)
+    rank = IN_FLIGHT_STATUSES.index(status)
     if view.status == "lost_contact":
         # Facts from the node while we are unsure of it: remember them for AttemptResponsive.
         before = view.status_before_lost_contact or "scheduled"
-        if before in _PROGRESS and _PROGRESS.index(before) < rank:
+        if before in IN_FLIGHT_STATUSES and IN_FLIGHT_STATUSES.index(before) < rank:
             before = status
         return view.model_copy(update={"status_before_lost_contact": before})
-    if view.status in _PROGRESS and _PROGRESS.index(view.status) > rank:
+    if view.status in IN_FLIGHT_STATUSES and IN_FLIGHT_STATUSES.index(view.status) > rank:
         return _anomaly(view, event, f"out of order: the job is already {view.status}")
-    if view.status not in _PROGRESS:
+    if view.status not in IN_FLIGHT_STATUSES:
         view = _anomaly(view, event, f"arrived while the job was {view.status}")
     return view.model_copy(update={"status": status})
 
@@ -400,7 +398,7 @@ def _(event: AttemptUnresponsive, view: JobView) -> JobView:
         return view
     if view.status == "lost_contact":
         return view.model_copy(update={"deadline": event.lost_deadline})
-    if view.status not in _PROGRESS:
+    if view.status not in IN_FLIGHT_STATUSES:
         return _anomaly(view, event, f"arrived while the job was {view.status}")
     return view.model_copy(
         update={
@@ -440,7 +438,7 @@ def _(event: AttemptLost, view: JobView) -> JobView:
         return view
     if view.status == "lost_contact":  # the usual path: AttemptUnresponsive came first
         return view.model_copy(update={"deadline": None})
-    if view.status not in _PROGRESS:
+    if view.status not in IN_FLIGHT_STATUSES:
         return _anomaly(view, event, f"arrived while the job was {view.status}")
     before = view.status
     return view.model_copy(

@@ -51,6 +51,9 @@ AttemptStatus = Literal[
 """Every attempt status: ``lost`` when the watchdog declared it so (it stays lost whatever
 arrives late), ``ended`` once released or never accepted, ``superseded`` when stopped
 because another attempt's result won."""
+IN_FLIGHT_STATUSES: tuple[AttemptStatus, ...] = ("scheduled", "starting", "running", "finishing")
+"""An attempt on its way, in lifecycle order (a fact never moves it backwards): it holds, or
+is about to hold, GPUs on its node. The job's status follows its current attempt's."""
 
 
 class FailureInfo(FrozenModel):

@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 
 from schemas.events import Event
-from schemas.views import TERMINAL_STATUSES
+from schemas.views import IN_FLIGHT_STATUSES, TERMINAL_STATUSES
 from services.sink.rows import event_from_payload
 
 
@@ -204,13 +204,9 @@ async def nodes(pool: asyncpg.Pool) -> list[dict[str, Any]]:
     return out
 
 
-LIVE_ATTEMPT_STATUSES = ("scheduled", "starting", "running", "finishing")
-"""Attempt states that hold (or are about to hold) GPUs on their node; a superseded attempt
-(another one won) counts until it has released what it held."""
-
-
 async def tenant_live_attempts(pool: asyncpg.Pool, tenant: str) -> dict[str, list[dict[str, Any]]]:
-    """Node id -> the tenant's attempts live there (an attempt declared lost is not live)."""
+    """Node id -> the tenant's attempts live there: in flight, or superseded (another won)
+    and still holding what it held; an attempt declared lost is not live."""
     rows = await pool.fetch(
         "SELECT a.node_id, a.job_id, a.attempt, a.status, j.status AS job_status "
         "FROM attempts a JOIN jobs j USING (job_id) "
@@ -218,7 +214,7 @@ async def tenant_live_attempts(pool: asyncpg.Pool, tenant: str) -> dict[str, lis
         "     OR (a.status = 'superseded' AND a.held_from IS NOT NULL AND a.released_at IS NULL)) "
         "ORDER BY a.node_id, a.job_id, a.attempt",
         tenant,
-        list(LIVE_ATTEMPT_STATUSES),
+        list(IN_FLIGHT_STATUSES),
     )
     out: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
