@@ -406,6 +406,14 @@ class JobEventsConsumer(Service):
         return await self.kafka.position(tp)
 
     async def _consume(self, kafka: AIOKafkaConsumer) -> None:
+        """Run the loop; anything it did not expect crashes the worker (never a silent
+        end of the task while the process looks alive)."""
+        try:
+            await self._consume_batches(kafka)
+        except Exception as exc:  # noqa: BLE001 - crash-only: fail logs it and parks
+            await self.processors.fail(exc)
+
+    async def _consume_batches(self, kafka: AIOKafkaConsumer) -> None:
         p = self.processors
         step = p.step
         while True:
