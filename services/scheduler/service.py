@@ -30,7 +30,7 @@ from schemas import codec
 from schemas.events import Event, JobRejected, NoCapacity
 from services.backoff import retrying
 from services.clock import utcnow
-from services.ledger import Ledger, TopicPartition
+from services.ledger import Ledger, LedgerPort, TopicPartition
 from services.ledger.client import broker_unavailable, heard_at
 from services.ops import metrics
 from services.ops.logs import attach_context, event_context
@@ -52,7 +52,7 @@ an idle scheduler 50 empty fetches a second."""
 class Scheduler:
     """Built by :func:`build_scheduler`; ``await run()`` until cancelled, or ``start``/``stop``."""
 
-    def __init__(self, settings: Settings, ledger: Ledger, state: SchedulerState) -> None:
+    def __init__(self, settings: Settings, ledger: LedgerPort, state: SchedulerState) -> None:
         self.settings = settings
         self.ledger = ledger
         self.state = state
@@ -305,7 +305,7 @@ def _type_name(raw: Any) -> str | None:
     return None
 
 
-def build_scheduler(settings: Settings, *, ledger: Ledger | None = None) -> Scheduler:
+def build_scheduler(settings: Settings, *, ledger: LedgerPort | None = None) -> Scheduler:
     """Composition root of the scheduler service (on the Kafka ledger unless given one)."""
     config = SchedulerConfig(
         node_timeout_s=settings.scheduler_node_timeout_s,

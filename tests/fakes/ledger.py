@@ -31,6 +31,7 @@ from schemas import codec
 from schemas.errors import EventDecodeError, LedgerError
 from schemas.events import Event
 from services.backoff import outage_of, retrying
+from services.ledger import TopicPartition
 from services.ledger.client import (
     DLQ_CONSUMER,
     DLQ_ERROR,
@@ -66,6 +67,102 @@ class FakeRecord:
     timestamp_type: int
 
 
+class FakeConsumer:
+    """:class:`services.ledger.port.Consumer` over a FakeLedger's logs.
+
+    Partitions are assigned (by ``assign``, or every partition of the topics given to
+    :meth:`FakeLedger.consumer`); a fresh position is the group's commit, else 0 (the
+    ledger's consumers read from the earliest offset).
+    """
+
+    def __init__(self, ledger: FakeLedger, topics: Sequence[str], group_id: str | None) -> None:
+        self.ledger = ledger
+        self.topics = tuple(topics)
+        self.group_id = group_id
+        self._positions: dict[TopicPartition, int] = {}
+        self._paused: set[TopicPartition] = set()
+        self._fetched: dict[TopicPartition, int] = {}
+
+    async def start(self) -> None:
+        for topic in self.topics:
+            count = await self.ledger.partitions(topic)
+            self.assign([*self._positions, *(TopicPartition(topic, p) for p in range(count))])
+
+    async def stop(self) -> None:
+        self._positions.clear()
+
+    def assign(self, partitions: Iterable[Any]) -> None:
+        committed = self.ledger.committed.get(self.group_id or "", {})
+        self._positions = {
+            TopicPartition(*tp): self._positions.get(tp, committed.get(tp, 0)) for tp in partitions
+        }
+        self._paused &= set(self._positions)
+
+    def assignment(self) -> set[Any]:
+        return set(self._positions)
+
+    def _log(self, tp: Any) -> list[FakeRecord]:
+        return self.ledger.logs.get((tp.topic, tp.partition), [])
+
+    async def seek_to_beginning(self, *partitions: Any) -> Any:
+        for tp in partitions or self._positions:
+            self._positions[tp] = 0
+
+    async def seek_to_end(self, *partitions: Any) -> Any:
+        for tp in partitions or self._positions:
+            self._positions[tp] = len(self._log(tp))
+
+    def seek(self, partition: Any, offset: int) -> None:
+        self._positions[partition] = offset
+
+    async def end_offsets(self, partitions: Iterable[Any]) -> dict[Any, int]:
+        return {tp: len(self._log(tp)) for tp in partitions}
+
+    async def position(self, partition: Any) -> int:
+        return self._positions[partition]
+
+    def highwater(self, partition: Any) -> int | None:
+        return self._fetched.get(partition)
+
+    def pause(self, *partitions: Any) -> None:
+        self._paused |= set(partitions)
+
+    def resume(self, *partitions: Any) -> None:
+        self._paused -= set(partitions)
+
+    async def commit(self, offsets: dict[Any, int] | None = None) -> None:
+        if self.group_id is None:
+            raise LedgerError("commit needs a consumer group (group_id)")
+        done = self.ledger.committed.setdefault(self.group_id, {})
+        done.update(offsets if offsets is not None else self._positions)
+
+    async def getmany(
+        self, *partitions: Any, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[Any, list[Any]]:
+        # Always suspend once, as a fetch from a broker does: a loop that polls with
+        # timeout_ms=0 must still let the rest of the event loop run.
+        await asyncio.sleep(0)
+        wanted = [tp for tp in (partitions or self._positions) if tp not in self._paused]
+        most = max_records if max_records is not None else 500
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        while True:
+            appended = self.ledger.appended
+            out: dict[Any, list[Any]] = {}
+            for tp in wanted:
+                stored = self._log(tp)
+                self._fetched[tp] = len(stored)
+                at = self._positions[tp]
+                taken = stored[at : at + most - sum(len(r) for r in out.values())]
+                if taken:
+                    out[tp] = taken
+                    self._positions[tp] = at + len(taken)
+            left = deadline - asyncio.get_running_loop().time()
+            if out or left <= 0:
+                return out
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(appended.wait(), left)
+
+
 @dataclass
 class FakeLedger:
     """The ledger port in memory; one per test (or share one between fake services)."""
@@ -79,6 +176,8 @@ class FakeLedger:
     """Appends refused so far (see :meth:`refuse`)."""
     read: dict[tuple[str, int], int] = field(default_factory=dict)
     """(topic, partition) -> next offset :meth:`take` hands out."""
+    committed: dict[str, dict[Any, int]] = field(default_factory=dict)
+    """Consumer group -> partition -> its committed next offset."""
 
     def __post_init__(self) -> None:
         # Named as the real ledger's: a service logs the same outage lines on either.
@@ -86,7 +185,8 @@ class FakeLedger:
         self._refusal: Exception | None = None
         self._refusals_left: int | None = None
         self._partitions = {spec.name: spec.partitions for spec in topic_specs(self.settings)}
-        self._appended = asyncio.Event()
+        self.appended = asyncio.Event()
+        """Set (and replaced) on every append: what a waiting reader waits on."""
         self._started = False
         self._broker_timed = {self.settings.topic(s) for s in BROKER_TIMED}
 
@@ -195,11 +295,14 @@ class FakeLedger:
             )
             appended.append(Appended(topic, partition, len(log_) - 1))
         self.outage.up()
-        self._appended.set()
-        self._appended = asyncio.Event()
+        self.appended.set()
+        self.appended = asyncio.Event()
         return appended
 
     # ----------------------------------------------------------------------- reads
+
+    def consumer(self, *topics: str, group_id: str | None = None, **kwargs: Any) -> FakeConsumer:
+        return FakeConsumer(self, topics, group_id)
 
     async def dead_letter(self, raw: Any, error: Exception | str, consumer: str) -> Appended:
         hdrs = [
@@ -295,7 +398,7 @@ class FakeLedger:
         parts = [partition_for(key, count)] if key is not None else list(range(count))
         at = {p: 0 if from_beginning else len(self.logs.get((topic, p), [])) for p in parts}
         while True:
-            appended = self._appended
+            appended = self.appended
             for p in parts:
                 stored = self.logs.get((topic, p), [])
                 for raw in stored[at[p] :]:

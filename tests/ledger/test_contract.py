@@ -20,6 +20,7 @@ import pytest_asyncio
 
 from infra.topics import delete_topics, ensure_topics
 from projections.job_state import project
+from schemas import codec
 from schemas.errors import LedgerError
 from schemas.events import (
     EVENT_TYPES,
@@ -30,7 +31,7 @@ from schemas.events import (
     NodeEvent,
 )
 from schemas.views import JobView
-from services.ledger import Ledger, LedgerPort, partition_for
+from services.ledger import Ledger, LedgerPort, TopicPartition, partition_for
 from services.ledger.client import DLQ_CONSUMER, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
 from services.settings import Settings
 from tests.conftest import require_stack
@@ -220,3 +221,59 @@ async def test_append_until_acked_appends_like_append_many(ledger):
 async def raw_values(ledger: LedgerPort, topic: str) -> list[Any]:
     """Every record of a topic as stored, undecodable ones included."""
     return [r async for r in ledger.read_raw(topic)]
+
+
+# ----------------------------------------------------------------------- consumers
+
+
+async def test_an_assigned_consumer_reads_to_the_end_then_sees_later_values(ledger):
+    topic = ledger.settings.topic("job-events")
+    first = [queued("job-c", i) for i in range(3)]
+    (where, *_) = await ledger.append_many(first)
+    tp = TopicPartition(topic, where.partition)
+    consumer = ledger.consumer()
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        ends = await consumer.end_offsets([tp])
+        assert ends[tp] == where.offset + 3
+        read: list[Any] = []
+        while await consumer.position(tp) < ends[tp]:
+            read += (await consumer.getmany(tp, timeout_ms=1000)).get(tp, [])
+        assert [raw.value for raw in read] == [codec.encode(e) for e in first]
+        assert await consumer.getmany(tp, timeout_ms=50) == {}, "nothing new: nothing read"
+        later = queued("job-c", 9)
+        await ledger.append(later)
+        fetched: list[Any] = []
+        async with asyncio.timeout(30):
+            while not fetched:
+                fetched = (await consumer.getmany(timeout_ms=500)).get(tp, [])
+        assert [raw.value for raw in fetched] == [codec.encode(later)]
+        consumer.pause(tp)
+        await ledger.append(queued("job-c", 10))
+        assert await consumer.getmany(timeout_ms=200) == {}, "a paused partition is not read"
+    finally:
+        await consumer.stop()
+
+
+async def test_a_groups_commit_is_where_its_next_consumer_starts(ledger):
+    topic = ledger.settings.topic("node-commands")
+    command = sample(AttemptScheduled).model_copy(update={"node_id": "node-g"})
+    appended = await ledger.put_many([(topic, "node-g", command)] * 3)
+    tp = TopicPartition(topic, appended[0].partition)
+    group = f"{ledger.settings.topic_prefix}contract-group"
+    first = ledger.consumer(group_id=group)
+    await first.start()
+    try:
+        first.assign([tp])
+        await first.commit({tp: appended[1].offset})
+    finally:
+        await first.stop()
+    second = ledger.consumer(group_id=group)
+    await second.start()
+    try:
+        second.assign([tp])
+        assert await second.position(tp) == appended[1].offset
+    finally:
+        await second.stop()

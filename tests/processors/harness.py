@@ -15,7 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from schemas.events import TERMINAL_EVENTS, Event, JobSubmitted
 from schemas.spec import JobSpec
 from services.clock import utcnow
-from services.ledger import Ledger
+from services.ledger import Ledger, LedgerPort
 from services.ledger.client import partition_for
 from services.processors import Processors, build_processors
 from services.processors.app import PROCESSORS, app_id_for, topics_for
@@ -78,7 +78,7 @@ def submitted(job_id: str | None = None, **spec: Any) -> JobSubmitted:
 
 
 async def wait_history(
-    ledger: Ledger,
+    ledger: LedgerPort,
     job_id: str,
     done: Callable[[list[Event]], bool],
     timeout: float = 30.0,
