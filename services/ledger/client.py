@@ -25,7 +25,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
@@ -126,7 +126,7 @@ class Ledger:
         """The broker's availability as this process sees it (logged on change only)."""
         route_client_logs("aiokafka", self.outage)
 
-    async def start(self, *, wait: bool = False) -> Ledger:
+    async def start(self, *, wait: bool = False) -> Self:
         """Start the producer. ``wait=True`` retries with backoff until the broker answers
         (long-running services); otherwise an unreachable broker raises at once (CLI).
         Starting a started ledger changes nothing."""
@@ -197,7 +197,7 @@ class Ledger:
             await self._producer.stop()
             self._producer = None
 
-    async def __aenter__(self) -> Ledger:
+    async def __aenter__(self) -> Self:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:
