@@ -1,4 +1,4 @@
-"""What every benchmark shares: statistics, isolated settings, peak RSS, the machine, results."""
+"""What every benchmark shares: isolated settings, peak RSS, the machine, results."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 import time
 import types
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,28 +23,6 @@ from infra.topics import delete_topics, ensure_topics
 from services.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100); 0.0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
-
-
-def summary(values: Sequence[float], unit: str = "s") -> dict[str, Any]:
-    """count, p50, p90, p99, max, mean of a latency sample."""
-    return {
-        "unit": unit,
-        "count": len(values),
-        "p50": percentile(values, 50),
-        "p90": percentile(values, 90),
-        "p99": percentile(values, 99),
-        "max": max(values) if values else 0.0,
-        "mean": sum(values) / len(values) if values else 0.0,
-    }
 
 
 def ratio(a: float, b: float) -> float | None:

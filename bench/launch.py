@@ -17,10 +17,11 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from bench.common import Result, isolated, ratio, summary, target
+from bench.common import Result, isolated, ratio, target
 from bench.stack import BenchStack, free_port
 from schemas.views import TERMINAL_STATUSES
 from services.settings import Settings
+from services.stats import summary
 
 IMAGE = "gridledger/busybox:latest"
 SPEC = {

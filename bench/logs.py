@@ -16,10 +16,11 @@ import threading
 import time
 import uuid
 
-from bench.common import Result, isolated, ratio, summary, target
+from bench.common import Result, isolated, ratio, target
 from bench.stack import BenchStack, free_port
 from schemas.views import TERMINAL_STATUSES
 from services.settings import Settings
+from services.stats import percentile, summary
 
 IMAGE = "gridledger/python:latest"
 RATE = 100
@@ -119,14 +120,7 @@ async def run(settings: Settings, quick: bool) -> Result:
     expected = int(seconds * RATE)
     result.figures["api_logs_f"] = {**summary(api), "lines_expected": expected}
     result.baseline["docker_logs_f"] = {**summary(bare), "lines_expected": expected}
-    result.ratios["p50_over_docker"] = ratio(percentile_of(api, 50), percentile_of(bare, 50))
-    result.ratios["p99_over_docker"] = ratio(percentile_of(api, 99), percentile_of(bare, 99))
-    result.targets["log latency p99 (s)"] = target(percentile_of(api, 99), 0.25, at_least=False)
+    result.ratios["p50_over_docker"] = ratio(percentile(api, 50), percentile(bare, 50))
+    result.ratios["p99_over_docker"] = ratio(percentile(api, 99), percentile(bare, 99))
+    result.targets["log latency p99 (s)"] = target(percentile(api, 99), 0.25, at_least=False)
     return result
-
-
-def percentile_of(values: list[float], q: float) -> float:
-    """The ``q`` percentile of ``values`` (in their unit)."""
-    from bench.common import percentile
-
-    return percentile(values, q)

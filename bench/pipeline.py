@@ -19,7 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from bench.common import Result, isolated, peak_rss_mb, summary, target
+from bench.common import Result, isolated, peak_rss_mb, target
 from bench.load import Encoded, encode, histories
 from infra.services import ServiceSpec
 from schemas import codec
@@ -27,6 +27,7 @@ from schemas.views import AccountingRecord, JobView
 from services.ledger import Ledger
 from services.ops.supervisor import Supervisor
 from services.settings import Settings
+from services.stats import summary
 
 SLICE_S = 0.01
 

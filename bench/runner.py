@@ -14,9 +14,6 @@ from bench.common import RESULTS, Result, machine
 from schemas.errors import GridledgerError
 from services.settings import Settings
 
-NAMES = ("scheduling", "simulation", "replay", "sink", "pipeline", "launch", "logs")
-"""In running order: the cheap, Kafka/Postgres-only ones first."""
-
 
 def results_dir(quick: bool, out: Path | None = None) -> Path:
     """Where results are written: ``out``, else bench/results (quick runs in quick/)."""

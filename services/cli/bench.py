@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-BENCHMARKS = ("scheduling", "simulation", "replay", "sink", "pipeline", "launch", "logs")
+from bench import NAMES as BENCHMARKS
 
 
 @click.command("bench", short_help="run benchmarks (" + ", ".join(BENCHMARKS) + ")")

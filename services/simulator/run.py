@@ -14,13 +14,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.common import summary
 from schemas.events import TERMINAL_EVENTS, FailureClassified, JobSubmitted
 from schemas.spec import JobSpec
 from services.ledger import Ledger, TopicPartition
 from services.settings import Settings
 from services.simulator.fleet import SimFleet
 from services.simulator.mix import JobMix
+from services.stats import summary
 
 SHORT_TIMINGS = {
     # So node losses are detected within seconds (the watchdog and scheduler read these).
