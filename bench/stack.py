@@ -4,7 +4,6 @@ processors and one real agent, on bench topics and a bench Postgres schema."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,6 @@ from schemas.errors import GridledgerError
 from services.cli.client import ApiClient, base_url, resolve_token
 from services.ops.supervisor import Supervisor
 from services.settings import Settings
-
-
-def free_port() -> int:
-    """A port free now on 127.0.0.1 (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class BenchStack:

@@ -18,6 +18,12 @@ from infra.kafka import KafkaPaths
 from services.settings import Settings
 
 
+def free_port() -> int:
+    """A port nothing listens on right now on 127.0.0.1 (the OS picks it); another process
+    may still take it before it is bound."""
+    return free_ports(1)[0]
+
+
 def free_ports(count: int) -> list[int]:
     """``count`` distinct ports nothing listens on right now (bound together, then freed)."""
     sockets = [socket.socket() for _ in range(count)]

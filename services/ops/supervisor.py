@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from infra.private import free_port
 from infra.services import ServiceSpec, settings_env, tail
 from schemas.errors import StackError
 from services.ops.fleet import RestartPolicy
@@ -45,14 +45,6 @@ from services.settings import Settings
 log = logging.getLogger(__name__)
 
 POLL_S = 0.2
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free now on ``host`` (the OS picks it); another process may still take it before
-    it is bound."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -6,7 +6,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 import pytest_asyncio
 
 from infra import kafka
+from infra.private import free_port
 from infra.topics import ensure_topics
 from schemas.events import AttemptHeartbeat, ComputeHeld, ComputeReleased, LogChunk, MeterTick
 from services.agent.errors import ImageUnavailableError
@@ -190,12 +190,6 @@ def test_an_unreachable_registry_is_told_apart_from_a_missing_image():
         runtime.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest_asyncio.fixture
 async def own_broker(tmp_path: Path) -> AsyncIterator[Settings]:
     """A throwaway single-node broker on free ports (the shared one is never stopped)."""
@@ -206,8 +200,8 @@ async def own_broker(tmp_path: Path) -> AsyncIterator[Settings]:
     settings = shared.model_copy(
         update={
             "home": tmp_path / "broker",
-            "kafka_bootstrap": f"127.0.0.1:{_free_port()}",
-            "kafka_controller_port": _free_port(),
+            "kafka_bootstrap": f"127.0.0.1:{free_port()}",
+            "kafka_controller_port": free_port(),
             "topic_prefix": "outage.",
         }
     )

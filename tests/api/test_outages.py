@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from infra.private import free_port
 from schemas.events import JobSubmitted
 from services.api.app import build_app
 from services.api.errors import PROBLEM_JSON
@@ -30,19 +30,13 @@ from tests.api.test_jobs import SPEC_YAML
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest_asyncio.fixture
 async def no_postgres(topics: Settings, tmp_path: Path) -> AsyncIterator[tuple[TestClient, Ledger]]:
     """The API on the real broker with its read models on a Postgres that is not there."""
     settings = topics.model_copy(
         update={
             "tokens_file": write_tokens(tmp_path / "tokens.json"),
-            "pg_port": _free_port(),
+            "pg_port": free_port(),
             "api_submit_visible_s": 2.0,
         }
     )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from infra.private import free_port
 from infra.topics import delete_topics, ensure_topics
 from schemas.views import TERMINAL_STATUSES
 from services.cli.client import resolve_token
@@ -50,12 +50,6 @@ TICKER = {
 MISSING_MODULE = next(j for j in JOBS if j.key == "missing-module")
 STATES_OF_A_SUCCESS = ["submitted", "queued", "scheduled", "starting", "running", "finishing",
                        "succeeded"]  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -124,7 +118,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         tmp_path_factory.mktemp("console-home"),
         topic_prefix=f"console-{tag}.",
         pg_schema=f"console_{tag}",
-        api_port=_free_port(),
+        api_port=free_port(),
     )
     shots = Path(os.environ.get("GRIDLEDGER_SCREENSHOTS") or tmp_path_factory.mktemp("screens"))
     shots.mkdir(parents=True, exist_ok=True)

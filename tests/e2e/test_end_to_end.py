@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -19,6 +18,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from infra.private import free_port
 from infra.services import settings_env
 from infra.topics import delete_topics, ensure_topics
 from services.demo.run import Demo, DemoResult, table
@@ -27,12 +27,6 @@ from services.settings import Settings, load_settings
 from tests.own_home import with_own_home
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Run:
@@ -66,7 +60,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         tmp_path_factory.mktemp("e2e-home"),
         topic_prefix=f"e2e-{tag}.",
         pg_schema=f"e2e_{tag}",
-        api_port=_free_port(),
+        api_port=free_port(),
     )
     asyncio.run(ensure_topics(settings))
     demo = Demo(settings, say=lambda line: print(line, flush=True), timeout_s=240)

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import sys
 import tempfile
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from infra.private import free_port
 from schemas.events import MeterTick
 from services.ledger import Ledger
 from services.settings import Settings, load_settings
@@ -60,12 +60,6 @@ async def record(settings: Settings, job_id: str, name: str, description: str, s
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def record_demo(chosen: dict[str, str]) -> list[Path]:
     """Run the demo's catalogue on a scratch installation and record the chosen jobs."""
     from infra.topics import delete_topics, ensure_topics
@@ -84,7 +78,7 @@ def record_demo(chosen: dict[str, str]) -> list[Path]:
             Path(home),
             topic_prefix=f"golden-{tag}.",
             pg_schema=f"golden_{tag}",
-            api_port=_free_port(),
+            api_port=free_port(),
         )
         asyncio.run(ensure_topics(settings))
         demo = Demo(settings, say=lambda line: print(line, flush=True), timeout_s=300)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import stat
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import click
 import pytest
 
 from infra import kafka, processes, stack, tokens
+from infra.private import free_port
 from infra.status import ComponentStatus
 from infra.topics import topic_specs
 from schemas.errors import StackError
@@ -135,7 +135,7 @@ def test_a_zombie_or_a_reused_pid_is_not_alive():
 
 
 async def test_kafka_readiness_fails_with_the_log_path_when_nothing_answers(tmp_path):
-    port = _free_port()
+    port = free_port()
     settings = Settings(home=tmp_path, kafka_bootstrap=f"127.0.0.1:{port}")
     with pytest.raises(StackError, match=str(tmp_path / "logs" / "kafka.log")):
         await kafka.wait_ready(settings, timeout=1.0)
@@ -153,9 +153,3 @@ def test_the_cli_has_the_dev_group():
     assert {"up", "down", "status", "topics"} <= set(dev.commands)
     options = {opt for param in dev.commands["status"].params for opt in param.opts}
     assert {"--json", "-o"} <= options
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from services.ops.supervisor import free_port, reap_orphans
+from infra.private import free_port
+from services.ops.supervisor import reap_orphans
 from services.settings import Settings
 from tests.ops.test_supervisor import REPO, gone, wait_until
 from tests.sink.pg import private_schema
