@@ -17,7 +17,8 @@ import time
 import uuid
 
 from bench.common import Result, isolated, ratio, target
-from bench.stack import BenchStack, free_port
+from bench.stack import BenchStack
+from infra.private import free_port
 from schemas.views import TERMINAL_STATUSES
 from services.settings import Settings
 from services.stats import percentile, summary
