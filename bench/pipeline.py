@@ -189,6 +189,12 @@ async def raw(settings: Settings, records: list[Encoded], rate: float) -> dict[s
     }
 
 
+LAG_PHASES = (("processors_below_capacity", 500.0, 20.0), ("processors_at_10000", 10_000.0, 4.0))
+"""(figure key, offered events/s, seconds) of the full run's fixed-rate lag phases. The
+saturated phase's lag is a backlog's (records wait for the worker), so the lag goal is
+judged at these rates instead."""
+
+
 async def run(settings: Settings, quick: bool) -> Result:
     """The pipeline benchmark (see the module docstring)."""
     rate, seconds = (2_000.0, 3.0) if quick else (20_000.0, 4.0)
@@ -199,16 +205,15 @@ async def run(settings: Settings, quick: bool) -> Result:
         result.params.update(events=len(records), jobs=sum(r.last for r in records))
         result.figures["processors"] = await through_processors(scoped, records, warm, rate, result)
     if not quick:
-        # The same worker below its capacity: the lag a user sees when it keeps up.
-        low = 500.0
-        async with isolated(settings) as scoped, Ledger(scoped, "bench-pipeline-low") as ledger:
-            warm = encode(ledger, histories(200, "warm"))
-            light = encode(ledger, histories(int(low * 20), "low"))
-            sub = Result("pipeline-low", quick)
-            result.figures["processors_below_capacity"] = await through_processors(
-                scoped, light, warm, low, sub
-            )
-            result.samples["pipeline_lag_below_capacity"] = sub.samples["pipeline_lag"]
+        # The same worker at fixed offered rates: the lag a user sees when it keeps up (500/s)
+        # and at the rate the lag goal is set for (10,000/s).
+        for key, offered, secs in LAG_PHASES:
+            async with isolated(settings) as scoped, Ledger(scoped, f"bench-{key}") as ledger:
+                warm = encode(ledger, histories(200, "warm"))
+                light = encode(ledger, histories(int(offered * secs), key))
+                sub = Result(f"pipeline-{key}", quick)
+                result.figures[key] = await through_processors(scoped, light, warm, offered, sub)
+                result.samples[f"pipeline_lag_{key}"] = sub.samples["pipeline_lag"]
     async with isolated(settings) as scoped:
         result.baseline["raw_aiokafka"] = await raw(scoped, records, rate)
     f, b = result.figures["processors"], result.baseline["raw_aiokafka"]
@@ -219,10 +224,10 @@ async def run(settings: Settings, quick: bool) -> Result:
         b["events_per_s"] / f["events_per_s"], 2
     )
     result.targets["events/s"] = target(f["events_per_s"], 20_000, at_least=True)
-    result.targets["lag p99 (s)"] = target(f["lag"]["p99"], 1.0, at_least=False)
-    if "processors_below_capacity" in result.figures:
-        low = result.figures["processors_below_capacity"]["lag"]["p99"]
-        result.targets["lag p99 below capacity (s)"] = target(low, 1.0, at_least=False)
+    for key, offered, _ in LAG_PHASES:
+        if key in result.figures:
+            p99 = result.figures[key]["lag"]["p99"]
+            result.targets[f"lag p99 at {offered:,.0f}/s (s)"] = target(p99, 1.0, at_least=False)
     result.notes.append(
         "events = all simulated records (job-events, heartbeats, log-chunks, meter-ticks); "
         "lifecycle_events_per_s counts job-events only. Lag per job: last fact appended -> "
