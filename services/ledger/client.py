@@ -35,7 +35,7 @@ from pydantic import BaseModel
 from schemas import codec
 from schemas.errors import EventDecodeError, LedgerError
 from schemas.events import Event
-from services.backoff import outage_of, retrying, route_client_logs
+from services.backoff import Outage, outage_of, retrying, route_client_logs
 from services.ledger.errors import (
     BrokerUnavailableError,
     append_failed,
@@ -92,7 +92,105 @@ def _partition_of(key: bytes | None, partitions: int) -> int:
     return (murmur2(key or b"") & 0x7FFFFFFF) % partitions
 
 
-class Ledger:
+class LedgerOperations:
+    """What a ledger derives from its primitives, written once for the Kafka ledger and the
+    in-memory one the tests use (tests/fakes/ledger.py), so the two cannot drift.
+
+    A subclass provides ``settings``, ``outage``, :meth:`append_encoded` (the one append
+    path), :meth:`partitions` and :meth:`read_partitions`.
+    """
+
+    settings: Settings
+    outage: Outage
+
+    async def append_encoded(self, items: Sequence[Encoded]) -> list[Appended]:
+        """Append encoded records in order per partition and wait for every acknowledgement."""
+        raise NotImplementedError
+
+    async def partitions(self, topic: str) -> int:
+        """How many partitions ``topic`` has."""
+        raise NotImplementedError
+
+    def read_partitions(
+        self,
+        topic: str,
+        partitions: Iterable[int] | None = None,
+        consumer_name: str = "reader",
+        dead_letter: bool = False,
+    ) -> AsyncIterator[LedgerRecord]:
+        """Every decodable record of ``topic`` from offset 0 up to the end as of the call."""
+        raise NotImplementedError
+
+    def topic_of(self, event: Event) -> str:
+        """The full name of the topic an event type lives on."""
+        return self.settings.topic(type(event).TOPIC)
+
+    async def append(self, event: Event, topic: str | None = None) -> Appended:
+        """Append one event and wait until the broker has it (acks=all). Returns its offset."""
+        return (await self.append_many([event], topic=topic))[0]
+
+    async def append_many(
+        self, events: Sequence[Event], topic: str | None = None
+    ) -> list[Appended]:
+        """Append events in order per key; waits for all of them. Where each one landed.
+
+        ``topic`` overrides the events' own.
+        """
+        return await self.put_many([(topic or self.topic_of(e), e.key, e) for e in events])
+
+    async def put_many(self, items: Sequence[Keyed]) -> list[Appended]:
+        """Append values to the topic and under the key each names; None deletes the key
+        (a tombstone on a compacted topic). Encodes, then :meth:`append_encoded`."""
+        return await self.append_encoded(
+            [
+                (
+                    topic,
+                    key.encode() if key else None,
+                    None if value is None else codec.encode(value),
+                    [] if value is None else codec.headers(value),
+                )
+                for topic, key, value in items
+            ]
+        )
+
+    async def append_until_acked(self, events: Sequence[Event]) -> list[Appended]:
+        """:meth:`append_many`, retried with backoff while the broker is unavailable.
+
+        For services whose state already assumes the events are on the ledger (the
+        scheduler's placements, the processors' decisions): they wait the outage out
+        instead of dropping or crashing. Events keep their ids across retries, so an
+        append that did land before its acknowledgement was lost is a duplicate every
+        consumer drops.
+        """
+        return await retrying(
+            lambda: self.append_many(events),
+            outage=self.outage,
+            transient=broker_unavailable,
+            backoff=self.settings.reconnect_backoff(),
+        )
+
+    async def publish(self, topic_suffix: str, key: str, value: BaseModel | None) -> Appended:
+        """Publish a view (JobView, AccountingRecord) to a compacted topic; None deletes it."""
+        return (await self.put_many([(self.settings.topic(topic_suffix), key, value)]))[0]
+
+    async def send_raw(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
+    ) -> Appended:
+        """Send bytes as they are (dead-letter, tests of malformed input)."""
+        return (await self.append_encoded([(topic, key, value, headers)]))[0]
+
+    async def history(self, key: str, topic_suffix: str = "job-events") -> list[Event]:
+        """One job's (or node's) events on a topic, in order, read from its partition."""
+        topic = self.settings.topic(topic_suffix)
+        partition = partition_for(key, await self.partitions(topic))
+        return [
+            record.event
+            async for record in self.read_partitions(topic, [partition], "history")
+            if record.key == key and isinstance(record.value, Event)
+        ]
+
+
+class Ledger(LedgerOperations):
     """The ledger on Kafka (:class:`~services.ledger.port.LedgerPort`). Build one per
     service in its composition root; ``await start()``."""
 
@@ -216,39 +314,7 @@ class Ledger:
             raise LedgerError("ledger not started: call `await ledger.start()` first")
         return self._producer
 
-    def topic_of(self, event: Event) -> str:
-        """The full name of the topic an event type lives on."""
-        return self.settings.topic(type(event).TOPIC)
-
     # ----------------------------------------------------------------------- writes
-
-    async def append(self, event: Event, topic: str | None = None) -> Appended:
-        """Append one event and wait until the broker has it (acks=all). Returns its offset."""
-        return (await self.append_many([event], topic=topic))[0]
-
-    async def append_many(
-        self, events: Sequence[Event], topic: str | None = None
-    ) -> list[Appended]:
-        """Append events in order per key; waits for all of them. Where each one landed.
-
-        ``topic`` overrides the events' own.
-        """
-        return await self.put_many([(topic or self.topic_of(e), e.key, e) for e in events])
-
-    async def put_many(self, items: Sequence[Keyed]) -> list[Appended]:
-        """Append values to the topic and under the key each names; None deletes the key
-        (a tombstone on a compacted topic). Encodes, then :meth:`append_encoded`."""
-        return await self.append_encoded(
-            [
-                (
-                    topic,
-                    key.encode() if key else None,
-                    None if value is None else codec.encode(value),
-                    [] if value is None else codec.headers(value),
-                )
-                for topic, key, value in items
-            ]
-        )
 
     async def append_encoded(self, items: Sequence[Encoded]) -> list[Appended]:
         """The one append path: encoded values in order per key; waits for all of them.
@@ -314,32 +380,6 @@ class Ledger:
             produced[tp[0]] = produced.get(tp[0], 0) + 1
         metrics.count_by_topic(metrics.EVENTS_PRODUCED, produced)
         return [Appended(tp[0], tp[1], acked[tp][i].offset + n) for tp, i, n in slots]
-
-    async def append_until_acked(self, events: Sequence[Event]) -> list[Appended]:
-        """:meth:`append_many`, retried with backoff while the broker is unavailable.
-
-        For services whose state already assumes the events are on the ledger (the
-        scheduler's placements, the processors' decisions): they wait the outage out
-        instead of dropping or crashing. Events keep their ids across retries, so an
-        append that did land before its acknowledgement was lost is a duplicate every
-        consumer drops.
-        """
-        return await retrying(
-            lambda: self.append_many(events),
-            outage=self.outage,
-            transient=broker_unavailable,
-            backoff=self.settings.reconnect_backoff(),
-        )
-
-    async def publish(self, topic_suffix: str, key: str, value: BaseModel | None) -> Appended:
-        """Publish a view (JobView, AccountingRecord) to a compacted topic; None deletes it."""
-        return (await self.put_many([(self.settings.topic(topic_suffix), key, value)]))[0]
-
-    async def send_raw(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
-    ) -> Appended:
-        """Send bytes as they are (dead-letter, tests of malformed input)."""
-        return (await self.append_encoded([(topic, key, value, headers)]))[0]
 
     # ----------------------------------------------------------------------- dead letter
 
@@ -580,16 +620,6 @@ class Ledger:
                             pending.discard(tp)
         finally:
             await consumer.stop()
-
-    async def history(self, key: str, topic_suffix: str = "job-events") -> list[Event]:
-        """One job's (or node's) events on a topic, in order, read from its partition."""
-        topic = self.settings.topic(topic_suffix)
-        partition = partition_for(key, await self.partitions(topic))
-        return [
-            record.event
-            async for record in self.read_partitions(topic, [partition], "history")
-            if record.key == key and isinstance(record.value, Event)
-        ]
 
     async def follow(
         self,

@@ -24,13 +24,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Self
 
-from pydantic import BaseModel
-
 from infra.topics import BROKER_TIMED, topic_specs
 from schemas import codec
 from schemas.errors import EventDecodeError, LedgerError
-from schemas.events import Event
-from services.backoff import outage_of, retrying
+from services.backoff import outage_of
 from services.ledger import TopicPartition
 from services.ledger.client import (
     DLQ_CONSUMER,
@@ -39,11 +36,12 @@ from services.ledger.client import (
     DLQ_SOURCE_PARTITION,
     DLQ_SOURCE_TOPIC,
     LOG_APPEND_TIME,
+    LedgerOperations,
     heard_at,
     partition_for,
 )
-from services.ledger.errors import BrokerUnavailableError, broker_unavailable
-from services.ledger.port import Appended, Encoded, Keyed, LedgerRecord
+from services.ledger.errors import BrokerUnavailableError
+from services.ledger.port import Appended, Encoded, LedgerRecord
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -164,7 +162,7 @@ class FakeConsumer:
 
 
 @dataclass
-class FakeLedger:
+class FakeLedger(LedgerOperations):
     """The ledger port in memory; one per test (or share one between fake services)."""
 
     settings: Settings
@@ -212,9 +210,6 @@ class FakeLedger:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def topic_of(self, event: Event) -> str:
-        return self.settings.topic(type(event).TOPIC)
-
     async def partitions(self, topic: str) -> int:
         if topic not in self._partitions:
             raise LedgerError(f"topic {topic} does not exist: run `gridledger dev up`")
@@ -229,43 +224,6 @@ class FakeLedger:
         return {p: len(self.logs.get((topic, p), [])) for p in partitions}
 
     # ----------------------------------------------------------------------- writes
-
-    async def append(self, event: Event, topic: str | None = None) -> Appended:
-        return (await self.append_many([event], topic=topic))[0]
-
-    async def append_many(
-        self, events: Sequence[Event], topic: str | None = None
-    ) -> list[Appended]:
-        return await self.put_many([(topic or self.topic_of(e), e.key, e) for e in events])
-
-    async def append_until_acked(self, events: Sequence[Event]) -> list[Appended]:
-        return await retrying(
-            lambda: self.append_many(events),
-            outage=self.outage,
-            transient=broker_unavailable,
-            backoff=self.settings.reconnect_backoff(),
-        )
-
-    async def put_many(self, items: Sequence[Keyed]) -> list[Appended]:
-        return await self.append_encoded(
-            [
-                (
-                    topic,
-                    key.encode() if key else None,
-                    None if value is None else codec.encode(value),
-                    [] if value is None else codec.headers(value),
-                )
-                for topic, key, value in items
-            ]
-        )
-
-    async def publish(self, topic_suffix: str, key: str, value: BaseModel | None) -> Appended:
-        return (await self.put_many([(self.settings.topic(topic_suffix), key, value)]))[0]
-
-    async def send_raw(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
-    ) -> Appended:
-        return (await self.append_encoded([(topic, key, value, headers)]))[0]
 
     async def append_encoded(self, items: Sequence[Encoded]) -> list[Appended]:
         if not self._started:
@@ -374,15 +332,6 @@ class FakeLedger:
             if record is not None:
                 out[record.key] = record
         return out
-
-    async def history(self, key: str, topic_suffix: str = "job-events") -> list[Event]:
-        topic = self.settings.topic(topic_suffix)
-        partition = partition_for(key, await self.partitions(topic))
-        return [
-            record.event
-            async for record in self.read_partitions(topic, [partition], "history")
-            if record.key == key and isinstance(record.value, Event)
-        ]
 
     async def follow(
         self,
