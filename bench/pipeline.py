@@ -195,6 +195,11 @@ saturated phase's lag is a backlog's (records wait for the worker), so the lag g
 judged at these rates instead."""
 
 
+KEEP_SETTLED = 500
+"""``processors_keep_settled`` of the full run's bounded-store phase (the default keeps
+4,096 settled jobs, more than the saturated phase's 3,862)."""
+
+
 async def run(settings: Settings, quick: bool) -> Result:
     """The pipeline benchmark (see the module docstring)."""
     rate, seconds = (2_000.0, 3.0) if quick else (20_000.0, 4.0)
@@ -214,6 +219,20 @@ async def run(settings: Settings, quick: bool) -> Result:
                 sub = Result(f"pipeline-{key}", quick)
                 result.figures[key] = await through_processors(scoped, light, warm, offered, sub)
                 result.samples[f"pipeline_lag_{key}"] = sub.samples["pipeline_lag"]
+        # The saturated load again with a worker that keeps only KEEP_SETTLED settled jobs:
+        # what a bounded store costs in throughput and saves in peak memory.
+        async with (
+            isolated(settings, processors_keep_settled=KEEP_SETTLED) as scoped,
+            Ledger(scoped, "bench-pipeline-keep") as ledger,
+        ):
+            warm = encode(ledger, histories(200, "warm"))
+            again = encode(ledger, histories(int(rate * seconds), "keep"))
+            sub = Result("pipeline-keep", quick)
+            kept = await through_processors(scoped, again, warm, rate, sub)
+            kept["keep_settled"] = KEEP_SETTLED
+            kept["peak_rss_mb"] = sub.peak_rss_mb["processors"]
+            result.figures["processors_keep_settled"] = kept
+            kept["default_peak_rss_mb"] = result.peak_rss_mb["processors"]
     async with isolated(settings) as scoped:
         result.baseline["raw_aiokafka"] = await raw(scoped, records, rate)
     f, b = result.figures["processors"], result.baseline["raw_aiokafka"]

@@ -121,6 +121,13 @@ class Settings(BaseSettings):
         "wait before another worker takes them over",
     )
     processors_heartbeat_interval_s: float = Field(3.0, gt=0, description="group heartbeats")
+    processors_keep_settled: int = Field(
+        4096,
+        ge=0,
+        description="settled jobs (terminal, accounted for) a processors worker keeps in "
+        "memory, the latest settled; an older one's history is dropped and reloaded from the "
+        "ledger if a record for it arrives (about 50 KiB per job held)",
+    )
 
     # ---- riding out outages (services/backoff.py)
     reconnect_initial_s: float = Field(

@@ -112,7 +112,11 @@ class Processors:
         self.only = chosen
         self.app_id = app_id or app_id_for(settings, chosen)
         self.ledger = ledger
-        self.store = JobStore(self.ledger, with_ticks="accounting" in chosen)
+        self.store = JobStore(
+            self.ledger,
+            with_ticks="accounting" in chosen,
+            keep_settled=settings.processors_keep_settled,
+        )
         self.step = Step(
             settings, self.ledger, self.store, chosen, f"processors/{'+'.join(chosen)}"
         )
@@ -139,12 +143,20 @@ class Processors:
         if "watchdog" in chosen:
             self.store.on_job_changed.append(self._dirty.add)
             self.store.on_heartbeat.append(self._beaten.add)
+            self.store.on_dropped.append(self._unwatch)
         self.consumer = JobEventsConsumer(self)
         self.app = self._build_app()
         self._started = False
         self.crashed = asyncio.Event()
         """Set when a processor failed; the worker must stop without a graceful commit."""
         self.error: BaseException | None = None
+
+    def _unwatch(self, job_id: str) -> None:
+        """The store dropped a settled job's history: nothing of it is left to watch."""
+        self._dirty.discard(job_id)
+        self._beaten.discard(job_id)
+        self._bases.pop(job_id, None)
+        self._watches.pop(job_id, None)
 
     async def fail(self, exc: Exception) -> None:
         """Crash-only: never return, so faust never acks (and commits) the failed batch.

@@ -45,6 +45,7 @@ from services.ops import metrics
 from services.ops.logs import attach_context, event_context
 from services.processors import dispatch
 from services.processors.store import LOCAL, JobStore
+from services.replay.snapshot import is_settled
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class Step:
         self._accounts: dict[str, AttemptMemo] = {}
         """Job -> its attempts' accounting as last computed: only a changed attempt is
         accounted again (``account(memo=...)``)."""
+        store.on_dropped.append(self._forget)
         self._node_commands = settings.topic("node-commands")
         self.outage = ledger.outage
         """The broker as this process sees it: one log line when it goes, one when back."""
@@ -143,6 +145,8 @@ class Step:
             if record.partition not in store.loaded_at:
                 await self.retrying(partial(store.ensure, record.partition, utcnow()))
             if value.job_id in store.settled:
+                if isinstance(value, AttemptHeartbeat):
+                    continue  # nothing a settled job shows depends on a heartbeat
                 await self.retrying(partial(store.unsettle, value.job_id, record.partition))
             try:
                 if isinstance(value, AttemptHeartbeat):
@@ -189,23 +193,33 @@ class Step:
         for job_id, offset in batch.views.items():
             sends.append((state, job_id, self.view(job_id, offset)))
         accounting = self.settings.topic("accounting")
+        settled: dict[str, bool] = {}
         for job_id in batch.accounts:
             job = self.store.log(job_id)
             if job.events:  # ticks before the submission was read wait for the next job-event
+                view = self.latest_view(job_id)
                 record = account(
                     job.events,
                     job.ticks.values(),
-                    view=self.latest_view(job_id),
+                    view=view,
                     memo=self._accounts.setdefault(job_id, {}),
                 )
                 sends.append((accounting, job_id, record))
+                settled[job_id] = is_settled(view, record)
         if sends:
             # The ledger's own append path: batched per partition, acked, counted.
             await self.retrying(partial(self.ledger.put_many, sends))
+        # Only once published: a dropped job's history is reloaded from what is on the ledger.
+        self.store.settled_now(settled)
         if decisions and batch.newest_s is not None:
             metrics.DECISION_LATENCY.labels(decider="processors").observe(
                 max(0.0, time.time() - batch.newest_s)
             )
+
+    def _forget(self, job_id: str) -> None:
+        """The store dropped the job's history: drop the view and accounting derived from it."""
+        self._views.pop(job_id, None)
+        self._accounts.pop(job_id, None)
 
     # ----------------------------------------------------------------------- views
 

@@ -20,6 +20,14 @@ topics (:mod:`services.replay.snapshot`). The records of *settled* jobs
 a job's history is read (:meth:`JobStore.unsettle`) only when a record for it
 arrives, before that record is taken: what the processors then see of the job
 is what a full rebuild would have given them.
+
+The same path bounds a running worker's memory: once a job is settled (its published
+view and record say so, :meth:`JobStore.settled_now`), it stays in memory while it is
+one of the latest ``keep_settled`` settled jobs (late records mostly come within
+seconds: a heartbeat or tick on another topic, the read-back of the worker's own final
+appends), and is then dropped and marked settled as if skipped at a rebuild. A
+heartbeat for a settled job is dropped unread: nothing a terminal, accounted job shows
+depends on one.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import asyncio
 import bisect
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,6 +52,10 @@ log = logging.getLogger(__name__)
 
 LOCAL = math.inf
 """Offset of an event this process appended and has not read back yet."""
+
+KEEP_SETTLED = 4096
+"""Default of ``processors_keep_settled``: how many settled jobs a running worker keeps
+in memory (the latest settled) before it drops the oldest one's history."""
 
 
 @dataclass
@@ -110,9 +123,17 @@ class JobStore:
     """Job logs by job id plus which partitions have been rebuilt."""
 
     def __init__(
-        self, ledger: LedgerPort, with_ticks: bool = False, *, from_snapshot: bool = True
+        self,
+        ledger: LedgerPort,
+        with_ticks: bool = False,
+        *,
+        from_snapshot: bool = True,
+        keep_settled: int = KEEP_SETTLED,
     ) -> None:
         self.ledger = ledger
+        self.keep_settled = keep_settled
+        """Settled jobs kept in memory (the latest settled); older ones are dropped."""
+        self._recently_settled: OrderedDict[str, None] = OrderedDict()
         self.with_ticks = with_ticks
         self.from_snapshot = from_snapshot
         """Skip settled jobs' records at rebuild (False: read every job's history)."""
@@ -127,6 +148,8 @@ class JobStore:
         """Called with a job id whenever a new job-event (or meter tick on rebuild) is known."""
         self.on_heartbeat: list[Callable[[str], None]] = []
         """Called with a job id when a newer heartbeat of one of its attempts arrives."""
+        self.on_dropped: list[Callable[[str], None]] = []
+        """Called with a job id whose history was dropped: forget what is derived from it."""
 
     def log(self, job_id: str) -> JobLog:
         """The job's log, created empty on first sight."""
@@ -173,6 +196,31 @@ class JobStore:
             for job_id in changed:
                 for callback in self.on_job_changed:
                     callback(job_id)
+
+    def settled_now(self, settled: dict[str, bool]) -> None:
+        """Which jobs are settled as of what this worker just published (job -> settled).
+
+        A settled job joins the latest settled; beyond :attr:`keep_settled` of them the
+        oldest ones' histories are dropped and they are marked settled, so a record for one
+        reloads it (:meth:`unsettle`). A job with an append of this worker not yet read
+        back is not dropped: the read-back touches it again.
+        """
+        recent = self._recently_settled
+        for job_id, now in settled.items():
+            if not now:
+                recent.pop(job_id, None)
+            elif job_id in self.jobs:
+                recent[job_id] = None
+                recent.move_to_end(job_id)
+        while len(recent) > self.keep_settled:
+            oldest, _ = recent.popitem(last=False)
+            job = self.jobs.get(oldest)
+            if job is not None and job.offsets and job.offsets[-1] == LOCAL:
+                continue
+            self.jobs.pop(oldest, None)
+            self.settled.add(oldest)
+            for callback in self.on_dropped:
+                callback(oldest)
 
     async def unsettle(self, job_id: str, partition: int) -> None:
         """Read the history of a job the rebuild skipped; a no-op for any other job."""
@@ -221,6 +269,8 @@ class JobStore:
         self.loaded_at.pop(partition, None)
         count = self.ledger.settings.job_partitions
         self.settled = {j for j in self.settled if partition_for(j, count) != partition}
+        for job_id in [j for j in self._recently_settled if partition_for(j, count) == partition]:
+            del self._recently_settled[job_id]
 
     def add(self, job_id: str, offset: float, event: Event, heard: datetime | None = None) -> bool:
         """Add a job-event; True when it was new (the job's change callbacks ran)."""

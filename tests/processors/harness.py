@@ -32,8 +32,10 @@ FAST = {
     "scheduler_tick_s": 0.1,
     "processors_session_timeout_s": 6.0,
     "processors_heartbeat_interval_s": 1.0,
+    "processors_keep_settled": 1,
 }
-"""Short thresholds so the integration tests finish in seconds."""
+"""Short thresholds so the integration tests finish in seconds; and a worker that keeps
+one settled job only, so every test also runs the drop-and-reload path of settled jobs."""
 
 
 def fast(topics: Settings) -> Settings:

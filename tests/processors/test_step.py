@@ -22,7 +22,14 @@ from projections.decisions import DECISION_PRODUCERS, settle
 from projections.history import unique
 from projections.job_state import project
 from schemas.errors import LedgerError
-from schemas.events import TERMINAL_EVENTS, Event, JobSubmitted, MeterTick
+from schemas.events import (
+    TERMINAL_EVENTS,
+    AttemptHeartbeat,
+    Event,
+    JobSubmitted,
+    MeterTick,
+    ProcessExited,
+)
 from services.ledger.client import DLQ_CONSUMER
 from services.processors import build_processors
 from services.settings import Settings
@@ -169,3 +176,43 @@ async def test_an_error_that_is_not_an_outage_still_stops_the_batch():
     with pytest.raises(LedgerError, match="too large"):
         await drain(processors, ledger, 1000)
     assert ledger.refused == 1, "a bug is not retried"
+
+
+async def test_a_running_worker_keeps_only_the_latest_settled_jobs_and_reloads_one_on_a_record():
+    mix = JobMix.parse("success=60,user_error=20,oom=20", duration="2-4")
+    end = datetime.now(UTC)
+    histories = [job_history(f"job-{i}", end + timedelta(milliseconds=i), mix) for i in range(12)]
+    published = []
+    for keep in (len(histories), 2):
+        ledger = await fake()
+        processors = worker(ledger)
+        processors.store.keep_settled = keep
+        for history in histories:
+            for event in history:
+                await ledger.append(event)
+        await drain(processors, ledger, 7)
+        published.append({h[0].job_id: outcome(ledger, h[0].job_id) for h in histories})
+    # Dropping settled jobs changes nothing anyone reads, and holds 2 jobs instead of 12.
+    assert published[0] == published[1]
+    store = processors.store
+    assert len(store.jobs) == 2 and len(store.settled) == 10
+
+    job_id = min(store.settled)
+    dropped = next(h for h in histories if h[0].job_id == job_id)
+    assert job_id not in store.jobs
+    # A heartbeat for a settled job is not worth reloading its history for.
+    beat = next(e for e in dropped if isinstance(e, AttemptHeartbeat))
+    await ledger.append(beat.model_copy(update={"event_id": "late-beat", "seq": beat.seq + 99}))
+    await drain(processors, ledger, 7)
+    assert job_id not in store.jobs
+    # A job-event for it (here a redelivered exit) reloads the history first: the worker
+    # decides nothing twice and publishes what it published before.
+    exited = next(e for e in dropped if isinstance(e, ProcessExited))
+    derived = len(ledger.values(TOPIC("job-events"), job_id))
+    await ledger.append(exited)
+    await drain(processors, ledger, 7)
+    assert job_id in store.jobs
+    assert len(ledger.values(TOPIC("job-events"), job_id)) == derived + 1  # the redelivery only
+    history, view, record = outcome(ledger, job_id)
+    assert (view, record) == published[0][job_id][1:]
+    assert view == project(history)
