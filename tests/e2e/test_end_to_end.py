@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import asyncpg
 import pytest
 
 from infra.private import free_port
@@ -24,6 +23,7 @@ from infra.topics import delete_topics, ensure_topics
 from services.demo.run import Demo, DemoResult, table
 from services.demo.scenarios import ALL_JOBS, NODE_LOST, DemoJob
 from services.settings import Settings, load_settings
+from services.sink.db import drop_schema
 from tests.own_home import with_own_home
 
 pytestmark = pytest.mark.integration
@@ -71,15 +71,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     finally:
         demo.services.stop()
         asyncio.run(delete_topics(settings))
-        asyncio.run(_drop_schema(settings))
-
-
-async def _drop_schema(settings: Settings) -> None:
-    conn = await asyncpg.connect(settings.dsn)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
-    finally:
-        await conn.close()
+        asyncio.run(drop_schema(settings, settings.pg_schema))
 
 
 @pytest.mark.parametrize("job", ALL_JOBS, ids=lambda j: j.key)

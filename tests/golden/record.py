@@ -29,6 +29,7 @@ from infra.private import free_port
 from schemas.events import MeterTick
 from services.ledger import Ledger
 from services.settings import Settings, load_settings
+from services.sink.db import drop_schema
 from tests.golden.golden import HERE, dump
 
 RECORDED = {
@@ -102,18 +103,8 @@ def record_demo(chosen: dict[str, str]) -> list[Path]:
         finally:
             demo.services.stop()
             asyncio.run(delete_topics(settings))
-            asyncio.run(_drop_schema(settings))
+            asyncio.run(drop_schema(settings, settings.pg_schema))
     return written
-
-
-async def _drop_schema(settings: Settings) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(settings.dsn)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
-    finally:
-        await conn.close()
 
 
 def main(argv: list[str]) -> int:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from schemas.events import EVENT_TYPES, JobSucceeded, NodeEvent
@@ -74,22 +72,3 @@ async def test_a_malformed_record_goes_to_the_dead_letter_topic_and_reading_cont
     assert hdrs[DLQ_CONSUMER] == b"test-consumer"
     assert "fingerprint" in hdrs[DLQ_ERROR].decode()
     assert dead[0].value == b"\xc3\x01 not an event at all"
-
-
-async def test_follow_sees_events_appended_after_it_started(topics):
-    async with Ledger(topics, "test") as ledger:
-        seen: list[int] = []
-
-        async def follow():
-            async for record in ledger.follow("job-events", key="job-f"):
-                seen.append(record.event.attempt)
-                if len(seen) == 3:
-                    return
-
-        task = asyncio.create_task(follow())
-        # No wait for the follower to start: it reads the partition from its beginning.
-        for i in range(3):
-            await ledger.append(JobSucceeded(job_id="job-f", attempt=i, occurred_at=T0))
-            await ledger.append(JobSucceeded(job_id="job-other", attempt=i, occurred_at=T0))
-        await asyncio.wait_for(task, 20)
-    assert seen == [0, 1, 2]
