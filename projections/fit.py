@@ -29,7 +29,9 @@ into the rejection message:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,9 +55,10 @@ class NodeCapacity(BaseModel):
     gpus: list[GpuDevice] = Field(default_factory=list)
 
 
-def _tokens(model: str) -> set[str]:
+@lru_cache(maxsize=4096)
+def _tokens(model: str) -> frozenset[str]:
     text = model.upper().replace("NVIDIA", " ").replace("TESLA", " ")
-    return {t for t in re.split(r"[\s_-]+", text) if t}
+    return frozenset(t for t in re.split(r"[\s_-]+", text) if t)
 
 
 def gpu_model_matches(wanted: str, model: str) -> bool:
@@ -68,9 +71,33 @@ def gpu_model_matches(wanted: str, model: str) -> bool:
     return _tokens(wanted) <= _tokens(model)
 
 
-def _allowed(spec: JobSpec, gpu: GpuDevice) -> bool:
-    models = spec.resources.gpu_models
-    return not models or any(gpu_model_matches(w, gpu.model) for w in models)
+def model_allowed(gpu_models: Sequence[str], model: str) -> bool:
+    """True when ``model`` is one of the job's ``resources.gpu_models`` (any, when empty)."""
+    return not gpu_models or any(gpu_model_matches(w, model) for w in gpu_models)
+
+
+def holds(
+    gpus: int, need_gb: float, gpu_models: Sequence[str], model: str, count: int, vram_gb: float
+) -> bool:
+    """The one rule of fit and placement: can ``count`` GPUs of ``model`` on one node, the
+    smallest of them with ``vram_gb`` GiB, hold a job of ``gpus`` GPUs that needs
+    ``need_gb`` GiB on each, restricted to ``gpu_models``?
+
+    All of a job's GPUs come from one node and one model. Pre-flight asks it of each
+    node's inventory (:func:`model_groups`), placement of each node's free GPUs
+    (``services/scheduler/placement.py``), so a job that passes pre-flight can be placed
+    once the GPUs are free, and one that never can is rejected at submit.
+    """
+    return count >= gpus and vram_gb >= need_gb and model_allowed(gpu_models, model)
+
+
+def model_groups(gpus: Iterable[GpuDevice]) -> dict[str, tuple[int, float]]:
+    """One node's GPUs by model: ``model -> (count, GiB of its smallest GPU)``."""
+    out: dict[str, tuple[int, float]] = {}
+    for gpu in gpus:
+        count, vram = out.get(gpu.model, (0, _gib(gpu)))
+        out[gpu.model] = (count + 1, min(vram, _gib(gpu)))
+    return out
 
 
 def _gib(gpu: GpuDevice) -> float:
@@ -101,8 +128,9 @@ def estimate_vram_gb(spec: JobSpec) -> float:
 def check_fit(spec: JobSpec, fleet: list[NodeCapacity]) -> FitReport:
     """Decide whether some node of ``fleet`` could ever hold the job, with the numbers.
 
-    A job fits when one node has at least ``resources.gpus`` GPUs of an allowed
-    model, each with at least :func:`estimate_vram_gb`. An empty fleet proves
+    A job fits when one node has at least ``resources.gpus`` GPUs of one allowed
+    model, each with at least :func:`estimate_vram_gb` (:func:`holds`, the rule
+    placement applies too). An empty fleet proves
     nothing (nodes may not have registered yet): the report then says the fit
     was not checked and ``fits`` is True, so the job queues and meets the queue
     deadline instead of being rejected for a capacity problem.
@@ -112,12 +140,15 @@ def check_fit(spec: JobSpec, fleet: list[NodeCapacity]) -> FitReport:
     need = round(total / max(gpus, 1), 2)
     if gpus > 1 and total:
         basis += f" / {gpus} GPUs"
-    allowed = [(n, [g for g in n.gpus if _allowed(spec, g)]) for n in fleet]
-    all_gpus = [g for _, gs in allowed for g in gs]
+    wanted = spec.resources.gpu_models
+    groups = [(n, model_groups(n.gpus)) for n in fleet]
+    all_gpus = [g for n in fleet for g in n.gpus if model_allowed(wanted, g.model)]
     largest = max(all_gpus, key=_gib, default=None)
     largest_gb = round(_gib(largest), 2) if largest else 0.0
-    max_per_node = max((len(gs) for _, gs in allowed), default=0)
-    holders = [n for n, gs in allowed if sum(1 for g in gs if _gib(g) >= need) >= gpus]
+    max_per_node = max(
+        (c for _, gs in groups for m, (c, _) in gs.items() if model_allowed(wanted, m)), default=0
+    )
+    holders = [n for n, gs in groups if _node_holds(spec, gs, gpus, need)]
 
     def report(fits: bool, explanation: str) -> FitReport:
         return FitReport(
@@ -142,32 +173,40 @@ def check_fit(spec: JobSpec, fleet: list[NodeCapacity]) -> FitReport:
         )
     if not all_gpus:
         models = sorted({g.model for n in fleet for g in n.gpus})
-        wanted = ", ".join(spec.resources.gpu_models)
         return report(
             False,
-            f"no GPU in the fleet is one of resources.gpu_models ({wanted}); the fleet has "
-            f"{', '.join(models) or 'no GPUs'} — accept one of those models",
+            f"no GPU in the fleet is one of resources.gpu_models ({', '.join(wanted)}); "
+            f"the fleet has {', '.join(models) or 'no GPUs'} — accept one of those models",
         )
     if largest is not None and need > _gib(largest):
         return report(
             False,
             f"{needs}; the largest GPU in the fleet is {largest.model} with "
-            f"{number(_gib(largest))} GiB — {_advice(spec, total, allowed)}",
+            f"{number(_gib(largest))} GiB — {_advice(spec, total, groups)}",
         )
     return report(
         False,
-        f"{needs} on {gpus} GPUs of one node; the most any node has is {max_per_node} "
-        f"suitable GPU(s) — request at most {max_per_node} GPUs or a smaller model",
+        f"{needs} on {gpus} GPUs of one model on one node; the most any node has is "
+        f"{max_per_node} suitable GPU(s) of one model — request at most {max_per_node} GPUs "
+        "or a smaller model",
     )
 
 
+def _node_holds(
+    spec: JobSpec, groups: dict[str, tuple[int, float]], gpus: int, need: float
+) -> bool:
+    """A node holds the job when one of its model groups does (any node, for no GPUs)."""
+    wanted = spec.resources.gpu_models
+    return gpus == 0 or any(holds(gpus, need, wanted, m, c, v) for m, (c, v) in groups.items())
+
+
 def _advice(
-    spec: JobSpec, total: float, allowed: list[tuple[NodeCapacity, list[GpuDevice]]]
+    spec: JobSpec, total: float, groups: list[tuple[NodeCapacity, dict[str, tuple[int, float]]]]
 ) -> str:
     """Say how many GPUs would make the job fit, when some node has that many."""
     for n in range(max(spec.resources.gpus, 1) + 1, 17):
         share = total / n
-        if any(sum(1 for g in gs if _gib(g) >= share) >= n for _, gs in allowed):
+        if any(_node_holds(spec, gs, n, share) for _, gs in groups):
             return f"request {n} GPUs or a smaller model"
         if share <= 0:
             break

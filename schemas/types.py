@@ -88,6 +88,7 @@ class FitReport(FrozenModel):
     largest_gpu_vram_gb: float
     largest_gpu_model: str
     max_gpus_per_node: int
+    """The most GPUs of one allowed model on one node: a job's GPUs are one model."""
     estimate_basis: str
     """How the requirement was computed, e.g. '7B params x 2 bytes (fp16) x 1.2 inference'."""
     explanation: str

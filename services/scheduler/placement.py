@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from projections.fit import gpu_model_matches
+from projections.fit import holds
 from schemas.spec import JobSpec
 from services.scheduler.fleet import Fleet, NodeState
 
@@ -163,19 +163,20 @@ def _place_gpus(
     providers: frozenset[str],
     heard_since: datetime,
 ) -> Placement | None:
+    gpus, need, wanted = request.gpus, request.vram_gb, request.gpu_models
     for model in fleet.models_by_vram():
-        if request.gpu_models and not any(gpu_model_matches(w, model) for w in request.gpu_models):
-            continue
-        if fleet.model_max_vram_gb[model] < request.vram_gb:
-            continue
-        best: tuple[tuple[int, int, int], NodeState] | None = None
         buckets = fleet.buckets(model)
-        for count in sorted(c for c in buckets if c >= request.gpus):
+        # projections.fit.holds, the rule pre-flight applies, at each level: the model at
+        # its largest memory, each free count at it, then each node at its own memory.
+        best_vram = fleet.model_max_vram_gb[model]
+        counts = sorted(c for c in buckets if holds(gpus, need, wanted, model, c, best_vram))
+        best: tuple[tuple[int, int, int], NodeState] | None = None
+        for count in counts:
             for node_id in buckets[count]:
                 node = fleet.nodes[node_id]
                 if not _eligible(node, nodes, providers, heard_since):
                     continue
-                if node.vram_gb(model) < request.vram_gb:
+                if not holds(gpus, need, wanted, model, count, node.vram_gb(model)):
                     continue
                 key = (
                     _rank(request.providers, node.provider),

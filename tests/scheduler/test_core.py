@@ -489,3 +489,22 @@ def test_a_node_s_liveness_is_judged_by_when_it_was_heard_not_by_its_clock() -> 
     (queued,) = run(ahead, submit("k"), now=at(31))  # heard 31 s ago: silent (timeout 30)
     assert isinstance(queued, JobQueued)
     assert ahead.decide(at(31)) == []
+
+
+def test_two_gpus_of_two_models_on_the_only_node_are_rejected_at_submit_not_left_to_wait() -> None:
+    """Fit and placement are one rule: a gpus: 2 job on a node of one RTX 4090 and one RTX
+    3090 can never be placed, so pre-flight rejects it instead of it ending
+    capacity_unavailable at its queue deadline."""
+    gpus = [
+        GpuDevice(index=0, model="NVIDIA GeForce RTX 4090", memory_total_mb=24 * 1024),
+        GpuDevice(index=1, model="NVIDIA GeForce RTX 3090", memory_total_mb=24 * 1024),
+    ]
+    mixed = NodeRegistered(node_id="mixed", occurred_at=T0, inventory_source="declared", gpus=gpus)
+    s = state()
+    out = run(s, mixed, submit("two", resources={"gpus": 2}))
+    assert [type(e) for e in out] == [JobRejected]
+    assert isinstance(out[0], JobRejected) and out[0].failure_class == "does_not_fit"
+    assert "suitable GPU(s) of one model" in out[0].summary
+    assert out[0].advice == "Request at most 1 GPUs or a smaller model."
+    out = run(s, submit("one", resources={"gpus": 1}))
+    assert [type(e) for e in out] == [JobQueued, AttemptScheduled]
