@@ -81,7 +81,7 @@ _PROVIDER_WHY = (
 # fmt: off
 TABLE: tuple[FailureClass, ...] = (
     FailureClass("does_not_fit", "user", False,
-                 "estimated VRAM above the largest GPU (× count) in the fleet",
+                 "no node has `resources.gpus` GPUs of one allowed model with the VRAM each",
                  terminal="JobRejected", why_not="no node in the fleet can hold the job"),
     FailureClass("invalid_spec", "user", False, "the spec fails validation",
                  why_not="the job spec cannot run as submitted"),
