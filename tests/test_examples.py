@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from schemas.spec import JobSpec
-from services.cli.main import cli
+from services.cli.main import COMMANDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +23,7 @@ def test_compose_file_has_every_service_with_the_commands_the_cli_knows() -> Non
     services = compose["services"]
     for name in ("kafka", "postgres", "api", "scheduler", "processors", "sink", "agent", "topics"):
         assert name in services, f"docker-compose.yml lacks {name}"
-    commands = cli.commands
+    commands = COMMANDS
     for name, service in services.items():
         # Only the project's own image runs the gridledger CLI (the object store's image
         # is named gridledger/seaweedfs but runs weed).

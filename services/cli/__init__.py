@@ -14,8 +14,13 @@ How to add a command (or a group of them):
 2. Return the exit code from the command; raise ``GridledgerError`` (or a
    subclass) for an error the user can fix, with a message that says how.
    Usage mistakes are click's (``click.BadParameter``, ``click.UsageError``).
-3. End the module with ``COMMANDS = (command, ...)`` and add the module to
-   ``COMMAND_MODULES`` in ``services/cli/main.py``.
+3. End the module with ``COMMANDS = (command, ...)`` and add one row per command
+   to ``COMMANDS`` in ``services/cli/main.py``: its name, its module and the line
+   ``gridledger --help`` shows (the one place for it: no ``short_help=`` here).
+   The module is imported only when its command runs, so ``--help`` and TAB
+   completion stay fast: import heavy things (the agent, docker, boto3, faust,
+   asyncpg, the Kafka client) inside the command's function, not at the top
+   (``tests/cli/test_lazy.py`` checks it).
 4. Test it through ``services.cli.main.main([...])`` (see ``tests/cli``).
 
 Minimal example::
@@ -24,7 +29,7 @@ Minimal example::
 
     from services.cli.options import Connection, Output, api_options, output_options
 
-    @click.command("outputs", short_help="a job's stored outputs")
+    @click.command("outputs")
     @click.argument("job")
     @api_options
     @output_options
@@ -34,4 +39,8 @@ Minimal example::
         return 0
 
     COMMANDS = (outputs,)
+
+and in ``services/cli/main.py``::
+
+    "outputs": ("services.cli.artifacts", "a job's stored outputs and checkpoints"),
 """

@@ -5,20 +5,17 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from services.agent.bootstrap import run_agent
-from services.agent.settings import AgentSettings
 from services.ops.logs import bind_context, setup_logging
-from services.settings import load_settings
+
+if TYPE_CHECKING:
+    from services.agent.settings import AgentSettings
 
 
-@click.command(
-    "agent",
-    short_help="run the node agent: take attempts placed on this node and run them in Docker",
-)
+@click.command("agent")
 @click.option("--node-id", help="This node's id (default: the host name).")
 @click.option("--provider", help="Provider label (default: from the inventory or 'local').")
 @click.option("--region", help="Region label (default: from the inventory or 'local').")
@@ -41,6 +38,9 @@ def agent(log_level: str, inventory: Path | None, **options: Any) -> int:
     are left running and re-attached by the next start (--shutdown-policy stop
     stops them).
     """
+    from services.agent.settings import AgentSettings
+    from services.settings import load_settings
+
     options["inventory_file"] = inventory
     overrides = {name: value for name, value in options.items() if value is not None}
     agent_settings = AgentSettings(**overrides)
@@ -51,6 +51,8 @@ def agent(log_level: str, inventory: Path | None, **options: Any) -> int:
 
 
 async def _serve(settings: Any, agent_settings: AgentSettings) -> None:
+    from services.agent.bootstrap import run_agent
+
     # Every line this agent logs names its node; its tasks inherit it (and the attempt
     # runners add the job and the attempt).
     bind_context(node_id=agent_settings.node_id)

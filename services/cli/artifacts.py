@@ -145,7 +145,7 @@ def download_all(
     return done
 
 
-@click.command("outputs", short_help="a job's stored outputs and checkpoints")
+@click.command("outputs")
 @click.argument("job", shell_complete=complete_job)
 @api_options
 @output_options
@@ -155,7 +155,7 @@ def outputs(conn: Connection, out: Output, job: str) -> int:
     return 0
 
 
-@click.command("download", short_help="fetch a job's outputs (or one PATH)")
+@click.command("download")
 @click.argument("job", shell_complete=complete_job)
 @click.argument("path", required=False)
 @click.option(

@@ -25,7 +25,7 @@ def _profile_name(explicit: str | None, config: UserConfig) -> str:
     )
 
 
-@click.command("login", short_help="save an API URL and token as a profile (checked first)")
+@click.command("login")
 @click.option("--api", "api_url", metavar="URL", help="API base URL (default: the profile's).")
 @click.option(
     "--token",
@@ -80,7 +80,7 @@ def login(
     return 0
 
 
-@click.command("logout", short_help="forget a profile's token")
+@click.command("logout")
 @click.option("--profile", metavar="NAME", help="Profile (default: the one in use).")
 def logout(profile: str | None) -> int:
     """Remove the token of a profile from the config file (its URL is kept)."""
@@ -110,7 +110,7 @@ def _profiles_table(data: dict[str, Any]) -> str:
     return render.table(["PROFILE", "API", "TOKEN"], rows) + f"\n(* default; {data['config']})"
 
 
-@click.command("profiles", short_help="the profiles of the config file (tokens masked)")
+@click.command("profiles")
 @output_options
 def profiles(out: Output) -> int:
     """List the config file's profiles; the default one is starred."""

@@ -9,7 +9,7 @@ import click
 from bench import NAMES as BENCHMARKS
 
 
-@click.command("bench", short_help="run benchmarks (" + ", ".join(BENCHMARKS) + ")")
+@click.command("bench")
 @click.argument("names", nargs=-1, metavar="[NAME]...", type=click.Choice(BENCHMARKS))
 @click.option("--quick", is_flag=True, help="Small sizes, seconds (CI).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Results folder.")

@@ -13,7 +13,7 @@ import click
 from services.cli.options import Output, output_options
 
 
-@click.command("chaos", short_help="run the chaos suite on a private stack and report")
+@click.command("chaos")
 @click.option(
     "--quick",
     is_flag=True,
@@ -86,7 +86,6 @@ def _interrupted(signum: int, frame: object) -> None:
 
 @click.command(
     "chaos-simagents",
-    hidden=True,
     context_settings={"ignore_unknown_options": True},
     add_help_option=False,
 )

@@ -8,7 +8,7 @@ from click.shell_completion import get_completion_class
 SHELLS = ("bash", "zsh", "fish")
 
 
-@click.command("completion", short_help="print the shell completion script (bash, zsh, fish)")
+@click.command("completion")
 @click.argument("shell", type=click.Choice(SHELLS))
 def completion(shell: str) -> int:
     """Print the completion script for SHELL; load it from the shell's startup file.

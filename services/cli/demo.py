@@ -7,10 +7,7 @@ import click
 from services.settings import load_settings
 
 
-@click.command(
-    "demo",
-    short_help="start the local stack and two agents, run one job per failure mode, print a table",
-)
+@click.command("demo")
 @click.option(
     "--keep-running",
     is_flag=True,

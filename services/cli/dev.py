@@ -6,20 +6,22 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from infra import seaweedfs, stack, tokens
-from infra.status import ComponentStatus
-from infra.topics import ensure_topics
 from schemas.errors import GridledgerError
-from services import s3client
 from services.cli.options import Output, output_options
-from services.objectstore import CredentialsFile
 from services.settings import load_settings
 
+if TYPE_CHECKING:
+    from infra.status import ComponentStatus
 
-@click.group("dev", short_help="start, stop or inspect the local stack (Kafka, Postgres, S3 ...)")
+# The stack's modules (Docker, S3, Postgres and Kafka clients) are imported by the
+# command that uses them, so `gridledger dev -h` and its completion load none of them.
+
+
+@click.group("dev")
 def dev() -> None:
     """The local stack used by services and tests.
 
@@ -40,6 +42,8 @@ def _print(component: ComponentStatus) -> None:
 )
 def up(brokers: int | None) -> int:
     """Start what is not running, then check every component."""
+    from infra import stack
+
     settings = load_settings(**({"kafka_brokers": brokers} if brokers else {}))
     began = time.monotonic()
     click.echo(f"gridledger local stack in {settings.home}")
@@ -53,6 +57,8 @@ def up(brokers: int | None) -> int:
 @dev.command("down")
 def down() -> int:
     """Stop what `dev up` started in this home (data kept)."""
+    from infra import stack
+
     settings = load_settings()
     click.echo(f"gridledger local stack in {settings.home}")
     stack.down(settings, report=_print)
@@ -66,6 +72,8 @@ def status(out: Output) -> int:
 
     Exit code 0 when every component runs, 1 otherwise.
     """
+    from infra import stack
+
     settings = load_settings()
     components = asyncio.run(stack.status(settings))
     payload = {"home": str(settings.home), "components": {c.name: c.to_json() for c in components}}
@@ -88,6 +96,8 @@ def topics(out: Output) -> int:
 
     For deployments whose Kafka is not started by `dev up` (e.g. docker-compose).
     """
+    from infra.topics import ensure_topics
+
     created = asyncio.run(ensure_topics(load_settings()))
     out.emit(
         {"topics": dict(sorted(created.items()))},
@@ -108,6 +118,8 @@ def init(s3_identities: Path | None) -> int:
     For deployments whose parts `dev up` does not start (docker-compose). Existing files
     are kept: tokens and credentials stay valid across restarts.
     """
+    from infra import seaweedfs, tokens
+
     settings = load_settings()
     wrote = tokens.ensure_tokens(settings)
     click.echo(f"tokens:         {settings.tokens_path} ({'created' if wrote else 'kept'})")
@@ -123,6 +135,9 @@ def init(s3_identities: Path | None) -> int:
 def bucket() -> int:
     """Create the bucket on GRIDLEDGER_S3_ENDPOINT with the admin credential, check that
     writes work, and set each tenant's retention (for docker-compose)."""
+    from services import s3client
+    from services.objectstore import CredentialsFile
+
     settings = load_settings()
     admin = CredentialsFile.load(settings.s3_credentials_path).admin
     if admin is None:

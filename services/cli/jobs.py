@@ -12,7 +12,6 @@ from typing import Any
 import click
 
 from schemas.views import JOB_STATUSES, TERMINAL_STATUSES
-from services.agent.settings import AgentSettings
 from services.cli import render
 from services.cli.client import ApiClient, ApiError
 from services.cli.exits import CliError, Exit
@@ -36,7 +35,7 @@ def _content_type(path: str, body: bytes) -> str:
     return "application/yaml"
 
 
-@click.command("submit", short_help="submit a job spec (YAML or JSON)")
+@click.command("submit")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option(
     "--wait", "wait_end", is_flag=True, help="Wait until the job ends; exit 0 if it succeeded."
@@ -231,7 +230,7 @@ def _more_hint(page: JobPage, statuses: list[str], limit: int) -> str:
     )
 
 
-@click.command("status", short_help="a job's status, or your jobs (filters, --watch)")
+@click.command("status")
 @click.argument("job", required=False, shell_complete=complete_job)
 @click.option(
     "--status",
@@ -365,7 +364,7 @@ def watch_jobs(
 # --------------------------------------------------------------------------- explain, history
 
 
-@click.command("explain", short_help="what happened, why, whose side, what to do next")
+@click.command("explain")
 @click.argument("job", shell_complete=complete_job)
 @api_options
 @output_options
@@ -413,7 +412,7 @@ def _history_table(events: list[dict[str, Any]], clock: render.Clock) -> str:
     return render.table(headers, rows)
 
 
-@click.command("history", short_help="a job's events with the time between them")
+@click.command("history")
 @click.argument("job", shell_complete=complete_job)
 @api_options
 @output_options
@@ -426,14 +425,19 @@ def history(conn: Connection, out: Output, job: str) -> int:
 
 # --------------------------------------------------------------------------- cancel
 
-STOP_GRACE_S = AgentSettings.model_fields["stop_grace_s"].default
-"""The agent's default stop grace; a node may be configured otherwise."""
+
+def default_stop_grace_s() -> float:
+    """The agent's default stop grace; a node may be configured otherwise."""
+    from services.agent.settings import AgentSettings
+
+    return float(AgentSettings.model_fields["stop_grace_s"].default)
+
 
 HOLDING = frozenset({"starting", "running", "lost_contact"})
 """States in which a container may be running, so a cancel waits for its stop."""
 
 
-@click.command("cancel", short_help="cancel a job")
+@click.command("cancel")
 @click.argument("job", shell_complete=complete_job)
 @click.option("--reason", default="", help="Recorded with the cancel.")
 @click.option("--wait", "wait_end", is_flag=True, help="Wait until the job has ended.")
@@ -456,13 +460,14 @@ def cancel(conn: Connection, out: Output, job: str, reason: str, wait_end: bool)
             raise CliError(str(exc), Exit.CONFLICT) from None
         raise
     running = current.get("status") in HOLDING
-    answer = {**answer, "was": current.get("status"), "stop_grace_s": STOP_GRACE_S}
+    grace = default_stop_grace_s()
+    answer = {**answer, "was": current.get("status"), "stop_grace_s": grace}
 
     def text(_: Any) -> str:
         if running:
             return (
                 f"cancel requested for {job} ({current['status']}): the container gets SIGTERM "
-                f"and up to the node's stop grace ({STOP_GRACE_S:g} s by default) before "
+                f"and up to the node's stop grace ({grace:g} s by default) before "
                 "SIGKILL; the job ends as cancelled once the node releases its GPUs"
                 + ("" if wait_end else f" (`gridledger status {job} --watch` to follow)")
             )

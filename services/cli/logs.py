@@ -25,7 +25,7 @@ def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> str
         raise click.BadParameter(str(exc)) from None
 
 
-@click.command("logs", short_help="a job's logs (-f follows until the job ends)")
+@click.command("logs")
 @click.argument("job", shell_complete=complete_job)
 @click.option("-f", "--follow", is_flag=True, help="Stream until the job ends.")
 @click.option("--attempt", type=click.IntRange(min=1), help="Only this attempt's output.")

@@ -37,7 +37,7 @@ def _nodes_table(nodes: list[dict[str, Any]], clock: render.Clock) -> str:
     return render.table(headers + [clock.header("LAST HEARTBEAT"), "INVENTORY"], rows)
 
 
-@click.command("nodes", short_help="the fleet, with its inventory source")
+@click.command("nodes")
 @api_options
 @output_options
 def nodes(conn: Connection, out: Output) -> int:

@@ -17,7 +17,7 @@ from services.settings import load_settings
 DEFAULT_FLEET = Path("deploy/fleet.yaml")
 
 
-@click.command("run", short_help="run sink, api, scheduler, processors and agents, supervised")
+@click.command("run")
 @click.option(
     "--fleet",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -42,7 +42,7 @@ def run(fleet: Path, ready_timeout: float) -> int:
     return run_fleet(settings, fleet, ready_timeout_s=ready_timeout)
 
 
-@click.command("health", short_help="each service's liveness, readiness, checks and lag")
+@click.command("health")
 @click.option("--url", "urls", multiple=True, metavar="NAME=URL", help="Also ask this ops server.")
 @click.option(
     "--state",

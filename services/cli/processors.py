@@ -23,9 +23,7 @@ def _subset(ctx: click.Context, param: click.Parameter, value: str) -> list[str]
     return only
 
 
-@click.command(
-    "processors", short_help="run the stream processors (all in one worker, or --only some)"
-)
+@click.command("processors")
 @click.option(
     "--only",
     default=",".join(CHOICES),

@@ -9,14 +9,10 @@ import click
 
 from services.cli import render
 from services.cli.options import Output, output_options
-from services.ledger.client import Ledger
 from services.settings import load_settings
 
 
-@click.command(
-    "replay",
-    short_help="rebuild projections from offset 0 and compare with the live tables (auditors)",
-)
+@click.command("replay")
 @click.option("--verify", is_flag=True, help="Rebuild everything and compare.")
 @click.option("--job", metavar="JOB", help="Print one job's rebuilt history and decisions.")
 @click.option("--strict", is_flag=True, help="Decision drift also fails --verify.")
@@ -87,6 +83,7 @@ def replay(
 
 
 async def _job(settings: Any, job_id: str, out: Output) -> int:
+    from services.ledger.client import Ledger
     from services.replay.job import replay_job
 
     async with Ledger(settings, "replay") as ledger:

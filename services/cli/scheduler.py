@@ -11,10 +11,7 @@ from services.ops.logs import setup_logging
 from services.settings import load_settings
 
 
-@click.command(
-    "scheduler",
-    short_help="run the scheduler (fleet view, pre-flight fit, placement, queue deadlines)",
-)
+@click.command("scheduler")
 @click.option("--log-level", default="INFO", show_default=True)
 def scheduler(log_level: str) -> int:
     """Run the scheduler until interrupted.

@@ -10,7 +10,7 @@ from services.ops.logs import setup_logging
 from services.settings import load_settings
 
 
-@click.command("api", short_help="serve the HTTP API (default 127.0.0.1:8600)")
+@click.command("api")
 @click.option("--host", help="Address to bind (default: GRIDLEDGER_API_HOST).")
 @click.option("--port", type=int, help="Port (default: GRIDLEDGER_API_PORT).")
 def api(host: str | None, port: int | None) -> int:
@@ -24,9 +24,7 @@ def api(host: str | None, port: int | None) -> int:
     return 0
 
 
-@click.command(
-    "sink", short_help="project the ledger into the Postgres read models (runs until Ctrl-C)"
-)
+@click.command("sink")
 @click.option("--schema", help="Postgres schema (default: settings.pg_schema).")
 def sink(schema: str | None) -> int:
     """Project the ledger into the Postgres read models (runs until Ctrl-C)."""

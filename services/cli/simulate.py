@@ -12,10 +12,7 @@ from services.cli.options import Output, output_options
 from services.simulator.mix import DEFAULT_MIX
 
 
-@click.command(
-    "simulate",
-    short_help="run simulated GPU nodes that speak the agent protocol, submit jobs, wait",
-)
+@click.command("simulate")
 @click.option("--nodes", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--jobs", type=click.IntRange(min=0), default=200, show_default=True)
 @click.option(

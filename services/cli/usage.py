@@ -59,7 +59,7 @@ def _records_text(records: list[dict[str, Any]]) -> str:
     )
 
 
-@click.command("usage", short_help="GPU time held, billable and credited")
+@click.command("usage")
 @click.argument("job", required=False, shell_complete=complete_job)
 @api_options
 @output_options

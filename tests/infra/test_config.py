@@ -16,7 +16,7 @@ from infra.private import free_port
 from infra.status import ComponentStatus
 from infra.topics import topic_specs
 from schemas.errors import StackError
-from services.cli.main import cli
+from services.cli.main import command
 from services.settings import COMPACTED_TOPICS, TOPIC_NAMES, Settings, load_settings
 
 
@@ -148,7 +148,7 @@ def test_component_lines_say_who_started_it():
 
 
 def test_the_cli_has_the_dev_group():
-    dev = cli.commands["dev"]
+    dev = command("dev")
     assert isinstance(dev, click.Group)
     assert {"up", "down", "status", "topics"} <= set(dev.commands)
     options = {opt for param in dev.commands["status"].params for opt in param.opts}

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from prometheus_client import CollectorRegistry
 
-from services.cli.main import cli
+from services.cli.main import COMMANDS
 from services.ops import metrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -33,7 +33,7 @@ def test_one_unit_per_service_each_restarted_on_failure_running_a_real_command()
         assert service["Restart"] == "on-failure", name
         argv = shlex.split(service["ExecStart"])
         assert argv[0].endswith("/gridledger"), name
-        assert argv[1] in cli.commands, f"{name} runs `gridledger {argv[1]}`, which does not exist"
+        assert argv[1] in COMMANDS, f"{name} runs `gridledger {argv[1]}`, which does not exist"
         if "GRIDLEDGER_OPS_PORT" in service.get("Environment", ""):
             ports.add(service["Environment"].split("=", 1)[1])
     assert len(ports) == len(SERVICES), "every service unit has an ops port of its own"
@@ -68,7 +68,7 @@ def test_every_compose_service_is_healthy_only_when_its_readyz_says_so() -> None
         service = compose[name]
         probe = " ".join(service["healthcheck"]["test"])
         port = service["environment"]["GRIDLEDGER_OPS_PORT"]
-        assert service["command"][0] in cli.commands, name
+        assert service["command"][0] in COMMANDS, name
         assert f"127.0.0.1:{port}/readyz" in probe or (
             name == "api" and "127.0.0.1:8600/readyz" in probe
         ), f"{name}: {probe}"
