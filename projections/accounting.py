@@ -224,6 +224,8 @@ def _attempt(
     record = AttemptAccounting(
         attempt=n,
         node_id=held.node_id if held else (scheduled.node_id if scheduled else ""),
+        provider=scheduled.provider if scheduled else "",
+        region=scheduled.region if scheduled else "",
         held_from=held_from,
         released_at=released_at,
         held_seconds=held_us / 1e6,
@@ -360,6 +362,7 @@ def account(
     return AccountingRecord(
         job_id=job_id or (all_ticks[0].job_id if all_ticks else ""),
         tenant=view.tenant if view else "",
+        labels=dict(view.spec.labels) if view and view.spec else {},
         status=status,
         final=terminal and all(a.release_source != "open" for a in attempts),
         policy_version=policy.version,

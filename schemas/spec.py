@@ -15,6 +15,17 @@ MAX_COMMAND_BYTES = 64 * 1024
 
 _IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 
+MAX_LABELS = 16
+"""Labels per job: enough for project, team, cost centre and a few more."""
+LABEL_KEY_RE = re.compile(r"^[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?$")
+LABEL_KEY_RULE = (
+    "1-63 characters of a-z, 0-9, '-', '_' or '.', starting and ending with a letter or digit"
+)
+LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?$")
+LABEL_VALUE_RULE = (
+    "0-63 characters of A-Z, a-z, 0-9, '-', '_' or '.', starting and ending with a letter or digit"
+)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -104,6 +115,12 @@ class JobSpec(_Strict):
     resume_from: str | None = Field(
         None, description="job id whose latest checkpoint this job starts from"
     )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description=f"at most {MAX_LABELS} labels for grouping usage, e.g. "
+        "{project: llm, cost-centre: cc-42}; keys "
+        f"{LABEL_KEY_RULE}; values {LABEL_VALUE_RULE}",
+    )
 
     @field_validator("image")
     @classmethod
@@ -123,6 +140,20 @@ class JobSpec(_Strict):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
             if key.startswith("GRIDLEDGER_"):
                 raise ValueError(f"{key!r}: names starting with GRIDLEDGER_ are set by gridledger")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_LABELS:
+            raise ValueError(f"has {len(value)} labels; at most {MAX_LABELS} are allowed")
+        for key, label in value.items():
+            if not LABEL_KEY_RE.match(key):
+                raise ValueError(f"key {key[:80]!r} is not a label key: {LABEL_KEY_RULE}")
+            if not LABEL_VALUE_RE.match(label):
+                raise ValueError(
+                    f"value {label[:80]!r} of {key!r} is not a label value: {LABEL_VALUE_RULE}"
+                )
         return value
 
     @field_validator("checkpoints")

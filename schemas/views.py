@@ -130,7 +130,8 @@ class AttemptView(FrozenModel):
 class JobView(FrozenModel):
     """The current state of one job, folded from its job-events."""
 
-    SCHEMA_VERSION: ClassVar[int] = 1
+    SCHEMA_VERSION: ClassVar[int] = 2
+    """2: the spec's ``labels``."""
 
     job_id: str
     tenant: str = ""
@@ -173,6 +174,9 @@ class AttemptAccounting(FrozenModel):
 
     attempt: int
     node_id: str = ""
+    provider: str = ""
+    region: str = ""
+    """Where the attempt was placed (its AttemptScheduled); '' when it never was."""
     held_from: datetime | None = None
     released_at: datetime | None = None
     held_seconds: float = 0.0
@@ -211,12 +215,14 @@ class AttemptAccounting(FrozenModel):
 class AccountingRecord(FrozenModel):
     """What one job held, what was metered, what is owed and what is credited."""
 
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
     """2: ``uncounted_gpu_seconds`` / ``uncounted_ticks`` (the meter reconciled over the
-    counted window)."""
+    counted window). 3: ``labels``, and each attempt's ``provider`` and ``region``."""
 
     job_id: str
     tenant: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """The spec's ``labels``: what usage is grouped by besides tenant, model and place."""
     status: JobStatus = "submitted"
     final: bool = False
     """True once the job is terminal and every attempt has released its compute."""

@@ -27,6 +27,8 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("bad image ref", {**GOOD, "image": "Not An Image"}, "image"),
     ("zero runtime", {**GOOD, "limits": {"max_runtime_s": 0}}, "limits.max_runtime_s"),
     ("reserved env", {**GOOD, "env": {"GRIDLEDGER_JOB_ID": "x"}}, "env"),
+    ("label key with a space", {**GOOD, "labels": {"cost centre": "cc-42"}}, "labels"),
+    ("17 labels", {**GOOD, "labels": {f"k{i}": "v" for i in range(17)}}, "labels"),
 ]
 
 

@@ -39,3 +39,31 @@ def test_invalid_specs_name_the_field(payload, field, words):
     problems = errors(payload)
     assert field in problems, problems
     assert words in problems[field]
+
+
+def test_labels_are_kept_within_their_bounds():
+    spec = JobSpec.model_validate(
+        {"image": "x", "labels": {"project": "llm", "cost-centre": "CC_42.a", "empty": ""}}
+    )
+    assert spec.labels == {"project": "llm", "cost-centre": "CC_42.a", "empty": ""}
+    longest = {"k" * 63: "V" * 63}
+    assert JobSpec.model_validate({"image": "x", "labels": longest}).labels == longest
+    assert JobSpec.model_validate({"image": "x", "labels": {f"k{i}": "" for i in range(16)}})
+
+
+@pytest.mark.parametrize(
+    "labels, words",
+    [
+        ({"Project": "x"}, "is not a label key: 1-63 characters of a-z"),
+        ({"k" * 64: "x"}, "is not a label key"),
+        ({"": "x"}, "is not a label key"),
+        ({"-team": "x"}, "is not a label key"),
+        ({"team": "a b"}, "is not a label value: 0-63 characters"),
+        ({"team": "v" * 64}, "is not a label value"),
+        ({"team": "x-"}, "is not a label value"),
+        ({"team": "\x1b[31m"}, "is not a label value"),
+        ({f"k{i}": "" for i in range(17)}, "has 17 labels; at most 16 are allowed"),
+    ],
+)
+def test_bad_labels_say_the_rule(labels, words):
+    assert words in errors({"image": "x", "labels": labels})["labels"]
