@@ -1,0 +1,86 @@
+"""(a) of issue 21: schemathesis against the live API, driven by its own OpenAPI document.
+
+Every operation of ``/openapi.json`` is called with generated requests (valid and
+invalid bodies, queries and path parameters) as the attacker tenant. What must hold
+for every answer: no 5xx; the status, content type, headers and body match what
+the document declares. The CI subset
+tries :data:`QUICK_EXAMPLES` requests per operation, the full set
+(``GRIDLEDGER_ADVERSARIAL_FULL=1``) :data:`FULL_EXAMPLES`. Afterwards every check of
+:mod:`tests.adversarial.after` holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode, checks
+from schemathesis.specs.openapi import checks as openapi_checks
+
+from tests.adversarial.after import check_all
+from tests.adversarial.stack import Hostile, full
+
+pytestmark = pytest.mark.integration
+
+QUICK_EXAMPLES = 8
+FULL_EXAMPLES = 200
+
+CHECKS = [
+    checks.not_a_server_error,
+    openapi_checks.status_code_conformance,
+    openapi_checks.content_type_conformance,
+    openapi_checks.response_headers_conformance,
+    openapi_checks.response_schema_conformance,
+]
+
+
+def fuzz(operation: Any, mode: GenerationMode, base: str, token: str) -> list[str]:
+    """Run one operation's generated requests of ``mode``; the failures, one line each."""
+    failures: list[str] = []
+    headers = {"Authorization": f"Bearer {token}"}
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(
+        max_examples=FULL_EXAMPLES if full() else QUICK_EXAMPLES,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=not full(),
+        database=None,
+        phases=[Phase.generate],
+    )
+    def run(case: Any) -> None:
+        try:
+            case.call_and_validate(base_url=base, headers=headers, checks=CHECKS, timeout=60)
+        except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - collected, reported
+            first = str(exc).strip().splitlines()[:6]
+            failures.append(f"{operation.label} ({mode.value}): {' / '.join(first)}")
+
+    try:
+        run()
+    except Unsatisfiable:
+        # Nothing to make invalid: an operation without parameters or body.
+        assert mode is GenerationMode.NEGATIVE, operation.label
+    return failures
+
+
+def test_every_answer_of_the_api_keeps_its_contract(hostile: Hostile) -> None:
+    base = f"http://{hostile.settings.api_host}:{hostile.settings.api_port}"
+    schema = schemathesis.openapi.from_url(f"{base}/openapi.json")
+    failures: list[str] = []
+    operations = 0
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        operations += 1
+        for mode in GenerationMode:
+            failures.extend(fuzz(operation, mode, base, hostile.attacker.token))
+    assert operations >= 15
+    assert not failures, f"{len(failures)} answers broke the contract:\n" + "\n".join(
+        sorted(set(failures))
+    )
+
+
+def test_after_the_fuzzing_every_after_check_holds(hostile: Hostile) -> None:
+    check_all(hostile)
