@@ -40,6 +40,7 @@ from infra.status import ComponentStatus
 from schemas.errors import StackError
 from services import objectstore
 from services.objectstore import Credential, CredentialsFile, ObjectStoreError, TenantCredentials
+from services.private_files import write_private
 from services.settings import Settings
 
 MODULE = "github.com/seaweedfs/seaweedfs"
@@ -248,7 +249,7 @@ def ensure_credentials(settings: Settings) -> bool:
     """
     path = settings.s3_credentials_path
     current = CredentialsFile.load(path) if path.is_file() else CredentialsFile()
-    wanted = sorted(set(tokens.load(settings.tokens_path).values()) | set(tokens.TENANTS))
+    wanted = sorted(tokens.tenants(settings) | set(tokens.TENANTS))
     tenants = dict(current.tenants)
     for tenant in wanted:
         entry = tenants.get(tenant, TenantCredentials())
@@ -261,11 +262,7 @@ def ensure_credentials(settings: Settings) -> bool:
     updated = CredentialsFile(admin=current.admin or _new_credential("admin"), tenants=tenants)
     if updated == current and path.is_file():
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".s3-credentials.")
-    with os.fdopen(fd, "w") as f:  # mkstemp creates it 0600: it holds secrets
-        f.write(updated.model_dump_json(indent=2, exclude_none=True) + "\n")
-    os.replace(tmp, path)
+    write_private(path, updated.model_dump_json(indent=2, exclude_none=True) + "\n")
     return True
 
 
@@ -307,11 +304,7 @@ def write_s3_config(settings: Settings, target: Path | None = None) -> bool:
     )
     if target.is_file() and target.read_text() == text:
         return False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, target)
+    write_private(target, text)  # it holds every credential's secret key
     return True
 
 

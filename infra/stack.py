@@ -23,6 +23,7 @@ from infra import topics as topics_module
 from infra.processes import port_open
 from infra.status import ComponentStatus
 from schemas.errors import StackError
+from services.private_files import write_private
 from services.settings import Settings
 
 Report = Callable[[ComponentStatus], None]
@@ -155,7 +156,7 @@ async def up(settings: Settings, report: Report = _ignore) -> list[ComponentStat
                 + "\nfix the cause and run `gridledger dev up` again "
                 "(running components are kept)"
             )
-        stack_env_path(settings).write_text(render_stack_env(settings))
+        write_private(stack_env_path(settings), render_stack_env(settings))
         return results
 
 

@@ -39,6 +39,7 @@ from services.demo.scenarios import (
 from services.objectstore import Credential, CredentialsFile
 from services.ops.fleet import RestartPolicy
 from services.ops.supervisor import Supervisor, supervisor_alive
+from services.private_files import write_private
 from services.settings import Settings
 
 DEMO_TIMINGS = {
@@ -142,9 +143,7 @@ class Demo:
                 update={"agent": Credential(access_key="glrevoked" + uuid.uuid4().hex[:8],
                                             secret_key=uuid.uuid4().hex)}
             )  # fmt: skip
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(CredentialsFile(tenants=tenants).model_dump_json(exclude_none=True))
-            path.chmod(0o600)
+            write_private(path, CredentialsFile(tenants=tenants).model_dump_json(exclude_none=True))
         return path
 
     def kill_node(self, node_id: str) -> None:
