@@ -1,64 +1,56 @@
-"""Dev API tokens: ``<home>/tokens.json`` maps each token to its tenant.
+"""Dev API tokens: one token each for tenants ``dev`` and ``other``.
 
-``dev up`` writes one token for tenant ``dev`` and one for tenant ``other``
-(tests use the second to check that tenants never see each other's jobs).
-An existing file is never rewritten, so tokens stay valid across restarts.
+``dev up`` (and ``dev init``) write them: their sha256 to the tokens file the
+API reads (format in :mod:`services.tokens`), their plaintext to
+``dev-tokens.json`` beside it for the local clients (the CLI's default, the
+demo, the tests use the second tenant to check that tenants never see each
+other's jobs). An existing file is never replaced, so tokens stay valid across
+restarts; an old plaintext one is rewritten hashed with every token kept.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
-from pathlib import Path
-
 from infra.status import ComponentStatus
 from schemas.errors import StackError
+from services import tokens
 from services.settings import Settings
 
 TENANTS = ("dev", "other")
 
 
-def new_token(tenant: str) -> str:
-    """A fresh API token; the tenant in it is for people reading a tokens file, never trusted."""
-    return f"gl_{tenant}_{secrets.token_urlsafe(24)}"
-
-
-def load(path: Path) -> dict[str, str]:
-    """The ``{token: tenant}`` mapping of a tokens file."""
+def tenants(settings: Settings) -> set[str]:
+    """The tenants the tokens file serves; a broken file is a StackError."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise StackError(f"cannot read the tokens file {path}: {exc}; fix or delete it") from exc
-    if not isinstance(data, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
-    ):
-        raise StackError(f"{path} must be a JSON object of token to tenant strings")
-    return data
+        return tokens.load(settings.tokens_path).tenants
+    except tokens.TokensFileError as exc:
+        raise StackError(f"the tokens file {settings.tokens_path} {exc}; fix or delete it") from exc
 
 
 def ensure_tokens(settings: Settings) -> bool:
-    """Write the tokens file with one token per tenant of :data:`TENANTS` unless it exists."""
+    """Write the tokens file with one token per tenant of :data:`TENANTS` unless it exists
+    (an old plaintext one is migrated); True when it was created."""
     path = settings.tokens_path
     if path.is_file():
-        load(path)
+        tenants(settings)
+        tokens.migrate(path)
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tokens = {new_token(tenant): tenant for tenant in TENANTS}
-    # Created private from the start: the file holds credentials.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(tokens, f, indent=2)
-        f.write("\n")
+    by_tenant = {tenant: tokens.new_token(tenant) for tenant in TENANTS}
+    # The plaintext first: a tokens file never exists without its dev clients' tokens.
+    tokens.save_dev_tokens(path, by_tenant)
+    entries = tuple(tokens.entry_for(token, tenant) for tenant, token in by_tenant.items())
+    tokens.save(path, tokens.TokensFile(entries))
     return True
 
 
 def token_for(settings: Settings, tenant: str) -> str:
-    """A token of ``tenant`` from the tokens file."""
-    for token, owner in load(settings.tokens_path).items():
-        if owner == tenant:
-            return token
-    raise StackError(f"{settings.tokens_path} has no token for tenant {tenant!r}")
+    """The plaintext token of ``tenant`` that ``dev up`` kept for the local clients."""
+    found = tokens.load_dev_tokens(settings.tokens_path).get(tenant)
+    if found is None:
+        raise StackError(
+            f"{tokens.dev_tokens_path(settings.tokens_path)} has no token for tenant "
+            f"{tenant!r}; `gridledger tokens add {tenant}` makes one"
+        )
+    return found
 
 
 def status(settings: Settings) -> ComponentStatus:
@@ -66,7 +58,7 @@ def status(settings: Settings) -> ComponentStatus:
     path = settings.tokens_path
     if not path.is_file():
         return ComponentStatus(name="tokens", running=False, address=str(path), detail="missing")
-    tenants = sorted(set(load(path).values()))
+    served = sorted(tenants(settings))
     return ComponentStatus(
-        name="tokens", running=True, address=str(path), detail=f"tenants: {', '.join(tenants)}"
+        name="tokens", running=True, address=str(path), detail=f"tenants: {', '.join(served)}"
     )

@@ -1,69 +1,80 @@
-"""Bearer tokens: ``settings.tokens_path`` maps each token to its tenant.
+"""Bearer tokens: ``settings.tokens_path`` names each token's tenant, by its sha256.
 
-The file is re-read when it changes, so tokens can be added without a restart.
+The file's format and its commands are in :mod:`services.tokens`. It is re-read
+when it changes, so ``gridledger tokens add|revoke`` take effect without a
+restart; a file that cannot be used (a typo, a half-written copy, gone) keeps
+the last good tokens in force and logs one error line naming the problem.
 Unknown tenants get a 404 for anything that is not theirs, never a 403, so an
 id says nothing about whether a job exists.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
+import logging
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
 
+from services import tokens as tokens_file
+from services.api.errors import problem
+
 TENANT_KEY = web.RequestKey("tenant", str)
+log = logging.getLogger(__name__)
 
 
 class Tokens:
-    """The token file, re-read when its modification time changes."""
+    """The tokens file, re-read when it changes (inode, size or modification time)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._mtime: float | None = None
-        self._tokens: dict[str, str] = {}
+        self._seen: tuple[int, int, int] | None = None
+        self._tokens = tokens_file.TokensFile()
+        self._refresh()
 
     def _refresh(self) -> None:
         try:
-            mtime = self.path.stat().st_mtime
+            st = os.stat(self.path)
+            seen = (st.st_ino, st.st_size, st.st_mtime_ns)
         except OSError:
-            self._tokens, self._mtime = {}, None
+            seen = (0, 0, 0)
+        if seen == self._seen:
             return
-        if mtime != self._mtime:
-            try:
-                data = json.loads(self.path.read_text())
-            except (OSError, json.JSONDecodeError):
-                data = {}
-            self._tokens = {
-                k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)
-            }
-            self._mtime = mtime
+        self._seen = seen
+        try:
+            loaded = tokens_file.load(self.path)
+        except tokens_file.TokensFileError as exc:
+            kept = len(self._tokens.entries)
+            log.error(  # noqa: TRY400 - the reason is the message; no traceback
+                "tokens file %s %s; keeping the %d token(s) last read from it",
+                self.path,
+                exc,
+                kept,
+            )
+            return
+        if loaded.plaintext is not None:
+            log.warning(
+                "tokens file %s holds tokens in the clear; `gridledger tokens migrate` "
+                "stores them hashed",
+                self.path,
+            )
+        self._tokens = loaded
 
     def tenant(self, token: str) -> str | None:
-        """The tenant of ``token``, compared in constant time, or None."""
+        """The tenant of ``token``, or None."""
         self._refresh()
-        found = None
-        for known, tenant in self._tokens.items():
-            if hmac.compare_digest(known.encode(), token.encode()):
-                found = tenant
-        return found
+        return self._tokens.tenant(token)
 
 
-def unauthorized(path: Path, why: str) -> web.Response:
-    """The 401 for a missing or unknown token, saying where tokens come from."""
-    return web.json_response(
-        {
-            "error": "unauthorized",
-            "detail": why,
-            "hint": (
-                "send `Authorization: Bearer <token>`; on a dev machine the tokens are in "
-                f"{path} (written by `gridledger dev up`; the `dev` tenant's token is what "
-                "the CLI uses by default)"
-            ),
-        },
-        status=401,
+def unauthorized(why: str) -> web.Response:
+    """The 401 for a missing or unknown token: what to send, and nothing about the server."""
+    return problem(
+        401,
+        "unauthorized",
+        "Unauthorized",
+        f"{why}; send `Authorization: Bearer <token>` with a token your operator issued "
+        "(`gridledger tokens add TENANT`)",
         headers={"WWW-Authenticate": 'Bearer realm="gridledger"'},
     )
 
@@ -83,10 +94,10 @@ def middleware(
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            return unauthorized(tokens.path, "no bearer token in the Authorization header")
+            return unauthorized("no bearer token in the Authorization header")
         tenant = tokens.tenant(token.strip())
         if tenant is None:
-            return unauthorized(tokens.path, "the token is not known")
+            return unauthorized("the token is not known")
         request[TENANT_KEY] = tenant
         return await handler(request)
 

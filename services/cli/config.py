@@ -32,7 +32,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services import tokens
 from services.cli.exits import CliError, Exit
+from services.private_files import write_private
 from services.settings import Settings
 
 PROFILE_KEYS = ("api_url", "token")
@@ -94,7 +96,6 @@ class UserConfig:
 
     def save(self) -> None:
         """Write the file privately (it holds tokens): folder 0700, file 0600."""
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         lines = ["# gridledger CLI profiles (written by `gridledger login`)."]
         if self.default_profile:
             lines.append(f"default_profile = {_quote(self.default_profile)}")
@@ -104,11 +105,7 @@ class UserConfig:
                 value = getattr(profile, key)
                 if value:
                     lines.append(f"{key} = {_quote(value)}")
-        partial = self.path.with_name(self.path.name + ".partial")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        os.replace(partial, self.path)
+        write_private(self.path, "\n".join(lines) + "\n")
 
     def selected(self, explicit: str | None) -> Profile | None:
         """The profile in use; a named profile that does not exist is an error."""
@@ -165,7 +162,10 @@ def resolve(
         (token, "--token"),
         (os.environ.get("GRIDLEDGER_TOKEN"), "GRIDLEDGER_TOKEN"),
         (chosen.token if chosen else None, where),
-        (dev_token(settings), f"the local stack's dev token ({settings.tokens_path})"),
+        (
+            dev_token(settings),
+            f"the local stack's dev token ({tokens.dev_tokens_path(settings.tokens_path)})",
+        ),
     )
     found, token_from = next(((v, src) for v, src in token_candidates if v), (None, ""))
     return Target(url.rstrip("/"), found, url_from, token_from)
@@ -177,14 +177,8 @@ def local_api_url(settings: Settings) -> str:
 
 
 def dev_token(settings: Settings) -> str | None:
-    """The ``dev`` tenant's token that ``gridledger dev up`` wrote, if this home has one."""
-    try:
-        tokens = json.loads(settings.tokens_path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(tokens, dict):
-        return None
-    return next((str(t) for t, tenant in tokens.items() if tenant == "dev"), None)
+    """The ``dev`` tenant's token that ``gridledger dev up`` kept, if this home has one."""
+    return tokens.load_dev_tokens(settings.tokens_path).get("dev")
 
 
 def no_token_advice(settings: Settings) -> str:
@@ -193,5 +187,5 @@ def no_token_advice(settings: Settings) -> str:
         "no API token. Log in once with `gridledger login --api URL` (it asks for the token "
         f"and writes {config_path()}), or pass --token / set GRIDLEDGER_TOKEN. On the machine "
         "of a running local stack, set GRIDLEDGER_HOME to its folder to use its dev token "
-        f"(looked for {settings.tokens_path})."
+        f"(looked for {tokens.dev_tokens_path(settings.tokens_path)})."
     )

@@ -68,6 +68,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "login": ("services.cli.auth", "save an API URL and token as a profile (checked first)"),
     "logout": ("services.cli.auth", "forget a profile's token"),
     "profiles": ("services.cli.auth", "the profiles of the config file (tokens masked)"),
+    "tokens": ("services.cli.tokens", "issue, list and revoke API tokens (operators)"),
     "completion": (
         "services.cli.completion",
         "print the shell completion script (bash, zsh, fish)",

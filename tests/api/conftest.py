@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from services import tokens
 from services.api.app import build_app
 from services.ledger import Ledger
 from services.settings import Settings
@@ -45,7 +45,9 @@ class Api:
 
 
 def write_tokens(path: Path) -> Path:
-    path.write_text(json.dumps({DEV_TOKEN: "dev", OTHER_TOKEN: "other"}))
+    """A tokens file in the format the API reads: the two test tokens' hashes."""
+    entries = (tokens.entry_for(DEV_TOKEN, "dev"), tokens.entry_for(OTHER_TOKEN, "other"))
+    tokens.save(path, tokens.TokensFile(entries))
     return path
 
 

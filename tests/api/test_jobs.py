@@ -6,6 +6,7 @@ processors would append, with the Ledger, and check what the API answers.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -147,12 +148,17 @@ async def test_a_tenant_never_sees_another_tenants_job(api: Api) -> None:
     assert len([e for e in await api.ledger.history(job_id) if isinstance(e, CancelRequested)]) == 0
 
 
-async def test_missing_or_unknown_token_is_401_with_a_hint(api: Api) -> None:
+async def test_missing_or_unknown_token_is_one_401_that_names_no_path(api: Api) -> None:
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic abc"}):
         response = await api.client.get("/v1/jobs", headers=headers)
         assert response.status == 401
+        assert response.content_type == "application/problem+json"
+        assert response.headers["WWW-Authenticate"] == 'Bearer realm="gridledger"'
         body = await response.json()
-        assert str(api.settings.tokens_path) in body["hint"]
+        assert body["error"] == "unauthorized" and "Authorization: Bearer" in body["detail"]
+        text = json.dumps(body)
+        assert "/" not in text.replace("/problems/unauthorized", "")
+        assert "tokens.json" not in text and str(api.settings.home) not in text
     response = await api.client.post("/v1/jobs", data=SPEC_YAML)
     assert response.status == 401
 

@@ -162,9 +162,9 @@ class Deployment:
 
     def token(self) -> str:
         tokens = json.loads(
-            self.compose("exec", "-T", "api", "cat", "/etc/gridledger/tokens.json").stdout
+            self.compose("exec", "-T", "api", "cat", "/etc/gridledger/dev-tokens.json").stdout
         )
-        return next(t for t, tenant in tokens.items() if tenant == "dev")
+        return str(tokens["dev"])
 
     def call(self, token: str, path: str, body: dict[str, Any] | None = None) -> Any:
         request = urllib.request.Request(

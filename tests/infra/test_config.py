@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import os
 import stat
 import subprocess
 import sys
@@ -16,7 +16,10 @@ from infra.private import free_port
 from infra.status import ComponentStatus
 from infra.topics import topic_specs
 from schemas.errors import StackError
+from services import tokens as token_file
+from services.cli.config import Profile, UserConfig
 from services.cli.main import command
+from services.private_files import write_private
 from services.settings import COMPACTED_TOPICS, TOPIC_NAMES, Settings, load_settings
 
 
@@ -92,12 +95,16 @@ def test_stack_env_is_read_back_by_load_settings_and_the_environment_wins(tmp_pa
 def test_tokens_are_written_once_privately_for_both_tenants(tmp_path):
     settings = Settings(home=tmp_path)
     assert tokens.ensure_tokens(settings) is True
-    first = json.loads(settings.tokens_path.read_text())
-    assert sorted(first.values()) == ["dev", "other"]
-    assert stat.S_IMODE(settings.tokens_path.stat().st_mode) == 0o600
+    first = settings.tokens_path.read_text()
+    kept = token_file.dev_tokens_path(settings.tokens_path)
+    for path in (settings.tokens_path, kept):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert tokens.ensure_tokens(settings) is False
-    assert json.loads(settings.tokens_path.read_text()) == first
-    assert first[tokens.token_for(settings, "other")] == "other"
+    assert settings.tokens_path.read_text() == first
+    served = token_file.load(settings.tokens_path)
+    assert served.tenants == {"dev", "other"}
+    other = tokens.token_for(settings, "other")
+    assert other not in first and served.tenant(other) == "other"
 
 
 def test_a_broken_tokens_file_is_reported_not_replaced(tmp_path):
@@ -153,3 +160,32 @@ def test_the_cli_has_the_dev_group():
     assert {"up", "down", "status", "topics"} <= set(dev.commands)
     options = {opt for param in dev.commands["status"].params for opt in param.opts}
     assert {"--json", "-o"} <= options
+
+
+def test_credential_files_are_private_from_the_first_byte_whatever_the_umask(tmp_path):
+    old = os.umask(0)  # a umask that would leave a plain open() world-readable
+    try:
+        target = tmp_path / "new" / "folder" / "secret.json"
+        write_private(target, "{}")
+        write_private(target, '{"k": 1}')  # a rewrite replaces it, still private
+        settings = Settings(home=tmp_path / "home")
+        tokens.ensure_tokens(settings)
+        config = UserConfig(tmp_path / "cfg" / "gridledger" / "config.toml")
+        config.profiles["p"] = Profile("p", "https://api.example", "tok")
+        config.save()
+        write_private(settings.home / "stack.env", stack.render_stack_env(settings))
+    finally:
+        os.umask(old)
+    for folder in (target.parent, target.parent.parent, config.path.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    files = [
+        target,
+        config.path,
+        settings.tokens_path,
+        token_file.dev_tokens_path(settings.tokens_path),
+        settings.home / "stack.env",
+    ]
+    for path in files:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert target.read_text() == '{"k": 1}'
+    assert sorted(p.name for p in target.parent.iterdir()) == ["secret.json"]

@@ -23,7 +23,8 @@ def test_init_writes_tokens_credentials_and_identities_once(
     assert "(created)" in capsys.readouterr().out
     creds = json.loads((tmp_path / "etc" / "s3-creds.json").read_text())
     assert set(creds["tenants"]) == {"dev", "other"} and creds["admin"]["secret_key"]
-    for path in (tmp_path / "etc" / "tokens.json", tmp_path / "etc" / "s3-creds.json"):
+    for name in ("tokens.json", "dev-tokens.json", "s3-creds.json", "s3.json"):
+        path = tmp_path / "etc" / name
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     by_name = {i["name"]: i for i in json.loads(identities.read_text())["identities"]}
     assert by_name["agent-dev"]["actions"] == [

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from infra import kafka, postgres, processes
+from infra import kafka, postgres, processes, tokens
 from infra.private import link_jars, new_home, private_settings
 from services.ops.supervisor import Supervisor
 from services.settings import load_settings
@@ -137,8 +137,7 @@ class PrivateStack:
 
     @property
     def token(self) -> str:
-        tokens = json.loads((self.home / "tokens.json").read_text())
-        return next(token for token, tenant in tokens.items() if tenant == "dev")
+        return tokens.token_for(self.settings, "dev")
 
     def call(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
