@@ -23,6 +23,7 @@ from infra import topics as topics_module
 from infra.processes import port_open
 from infra.status import ComponentStatus
 from schemas.errors import StackError
+from services import secretstore
 from services.private_files import write_private
 from services.settings import Settings
 
@@ -111,6 +112,19 @@ async def up(settings: Settings, report: Report = _ignore) -> list[ComponentStat
         done(
             dataclasses.replace(
                 token_status, detail=f"{'created' if wrote else 'kept'}, {token_status.detail}"
+            )
+        )
+
+        # The key that seals the tenants' secrets and derives each node's agent token.
+        wrote_key = secretstore.ensure_key(settings)
+        done(
+            ComponentStatus(
+                name="secrets key",
+                running=True,
+                address="GRIDLEDGER_SECRETS_KEY"
+                if settings.secrets_key
+                else str(secretstore.key_path(settings)),
+                detail="created (0600)" if wrote_key else "kept",
             )
         )
 

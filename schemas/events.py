@@ -167,8 +167,9 @@ class JobSubmitted(Event):
     """The API accepted a job: the first event of every history, carrying the spec all later
     decisions read."""
 
-    SCHEMA_VERSION: ClassVar[int] = 2
-    """v2: the spec's ``labels`` (v1 payloads decode with none)."""
+    SCHEMA_VERSION: ClassVar[int] = 3
+    """v2: the spec's ``labels`` (v1 payloads decode with none); v3 its ``secrets``
+    (names only)."""
 
     tenant: str
     submitter: str = ""
@@ -196,9 +197,9 @@ class JobQueued(Event):
 class AttemptScheduled(Event):
     """The scheduler placed an attempt on a node. Also routed to node-commands."""
 
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
     """v2 added ``avoidance`` and ``reason`` (v1 payloads decode with none and ""); v3 the
-    spec's ``labels``."""
+    spec's ``labels``; v4 its ``secrets`` (names only)."""
 
     node_id: str
     provider: str = ""

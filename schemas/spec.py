@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 Dtype = Literal["fp32", "fp16", "bf16", "int8", "int4"]
 ModelMode = Literal["inference", "training"]
@@ -14,6 +14,11 @@ MAX_COMMAND_BYTES = 64 * 1024
 """A command line longer than this is almost certainly data pasted by mistake."""
 
 _IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SECRET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+SECRET_NAME_RULE = "1-128 letters, digits, '_', '.' or '-', starting with a letter or digit"
+"""What ``gridledger secret set NAME`` and ``secrets:`` accept as a secret's name."""
+MAX_SECRETS = 64
 
 MAX_LABELS = 16
 """Labels per job: enough for project, team, cost centre and a few more."""
@@ -121,6 +126,12 @@ class JobSpec(_Strict):
         "{project: llm, cost-centre: cc-42}; keys "
         f"{LABEL_KEY_RULE}; values {LABEL_VALUE_RULE}",
     )
+    secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description="environment variables set from the tenant's secrets at dispatch, "
+        "{ENV_NAME: secret-name} (a list of names: each variable named as its secret); the "
+        "spec, the ledger and the views hold the names only",
+    )
 
     @field_validator("image")
     @classmethod
@@ -136,10 +147,36 @@ class JobSpec(_Strict):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise ValueError(f"{key!r} is not a valid environment variable name")
-            if key.startswith("GRIDLEDGER_"):
-                raise ValueError(f"{key!r}: names starting with GRIDLEDGER_ are set by gridledger")
+            _check_env_name(key)
+        return value
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secrets_as_map(cls, value: Any) -> Any:
+        """``[name, ...]`` is ``{name: name, ...}``: each secret in the variable of its name."""
+        if isinstance(value, list | tuple):
+            return {str(name): name for name in value}
+        return value
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if len(value) > MAX_SECRETS:
+            raise ValueError(f"names {len(value)} secrets; a job may use at most {MAX_SECRETS}")
+        for variable, name in value.items():
+            if variable == name and not _ENV_NAME_RE.match(name):
+                raise ValueError(
+                    f"{name!r} is not a variable name: map it to one, e.g. {{'HF_TOKEN': {name!r}}}"
+                )
+            _check_env_name(variable)
+            if not SECRET_NAME_RE.match(name):
+                raise ValueError(f"{variable}: {name!r} is not a secret name ({SECRET_NAME_RULE})")
+        both = sorted(set(value) & set(info.data.get("env") or {}))
+        if both:
+            raise ValueError(
+                f"{', '.join(both)} also set in env; give each variable once "
+                "(a secret's value belongs in `secrets`, never in `env`)"
+            )
         return value
 
     @field_validator("labels")
@@ -173,3 +210,11 @@ class JobSpec(_Strict):
                 "Put long inputs in a file inside the image instead"
             )
         return value
+
+
+def _check_env_name(key: str) -> None:
+    """Refuse what cannot be an environment variable's name, or one gridledger sets."""
+    if not _ENV_NAME_RE.match(key):
+        raise ValueError(f"{key!r} is not a valid environment variable name")
+    if key.startswith("GRIDLEDGER_"):
+        raise ValueError(f"{key!r}: names starting with GRIDLEDGER_ are set by gridledger")

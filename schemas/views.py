@@ -130,8 +130,8 @@ class AttemptView(FrozenModel):
 class JobView(FrozenModel):
     """The current state of one job, folded from its job-events."""
 
-    SCHEMA_VERSION: ClassVar[int] = 2
-    """2: the spec's ``labels``."""
+    SCHEMA_VERSION: ClassVar[int] = 3
+    """2: the spec's ``labels``; 3: its ``secrets`` (names only)."""
 
     job_id: str
     tenant: str = ""

@@ -200,6 +200,13 @@ class Settings(BaseSettings):
     """Default retention of stored outputs and checkpoints; a tenant may set its own
     (``retention_days`` in the credentials file)."""
 
+    # ---- tenants' secrets (services/secretstore.py)
+    secrets_key: str = Field("", repr=False)
+    """The secrets key itself (32 bytes, base64); empty: read ``secrets_key_file``."""
+    secrets_key_file: Path | None = None
+    """File holding the secrets key; default ``<home>/secrets.key``, written (0600) by
+    ``dev up``. The API needs it; a GPU host needs only its agent token."""
+
     def reconnect_backoff(self) -> Backoff:
         """The backoff every service uses to reconnect to the broker and Postgres."""
         return Backoff(

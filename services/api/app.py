@@ -24,10 +24,27 @@ from pydantic import ValidationError
 from schemas.events import CancelRequested, JobSubmitted, new_event_id
 from schemas.spec import JobSpec
 from schemas.views import JOB_STATUSES, TERMINAL_STATUSES, AccountingRecord
-from services.api import artifacts, auth, console, errors, idempotency, problems, queries
+from services.api import (
+    artifacts,
+    auth,
+    console,
+    errors,
+    idempotency,
+    problems,
+    queries,
+    tenant_secrets,
+)
 from services.api import models as m
 from services.api.logs import serve_logs
-from services.api.openapi import Header, Operation, Reply, openapi_document, public_paths, register
+from services.api.openapi import (
+    Header,
+    Operation,
+    Reply,
+    agent_paths,
+    openapi_document,
+    public_paths,
+    register,
+)
 from services.api.timeline import Timeline, timeline
 from services.cli.explain import explain
 from services.ledger.client import Ledger
@@ -699,6 +716,7 @@ OPERATIONS: tuple[Operation, ...] = (
         public=True,
         tags=("ops",),
     ),
+    *tenant_secrets.OPERATIONS,
     *console.OPERATIONS,
 )
 
@@ -764,7 +782,12 @@ def build_app(
         middlewares=[
             request_metrics,
             problem_answers.middleware,
-            auth.middleware(tokens, public_paths(operations)),
+            auth.middleware(
+                tokens,
+                public_paths(operations),
+                agent_paths(operations),
+                tenant_secrets.authenticate_agent,
+            ),
         ],
         client_max_size=settings.api_max_body_bytes,
     )
@@ -776,6 +799,7 @@ def build_app(
     app[SIGNER] = artifacts.Signer(settings)
     app[ROUTES] = operations
     app[OPENAPI] = openapi_document(operations)
+    tenant_secrets.install(app, settings, pool)
     register(app, operations)
 
     async def close_checks_on_cleanup(app: web.Application) -> None:

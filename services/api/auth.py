@@ -79,10 +79,19 @@ def unauthorized(why: str) -> web.Response:
     )
 
 
+AgentCheck = Callable[[web.Request], web.StreamResponse | None]
+"""Checks an agent credential: None when valid (the request then names its node), else the
+refusal."""
+
+
 def middleware(
-    tokens: Tokens, public: frozenset[str]
+    tokens: Tokens,
+    public: frozenset[str],
+    agent_routes: frozenset[str] = frozenset(),
+    agent_check: AgentCheck | None = None,
 ) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """Authenticate every route except those whose path template is in ``public``."""
+    """Authenticate every route except those whose path template is in ``public``; those in
+    ``agent_routes`` take an agent credential (``agent_check``), never a tenant token."""
 
     @web.middleware
     async def authenticate(
@@ -91,6 +100,9 @@ def middleware(
         resource = request.match_info.route.resource
         if resource is not None and resource.canonical in public:
             return await handler(request)
+        if resource is not None and resource.canonical in agent_routes:
+            assert agent_check is not None, "agent routes need an agent check"
+            return agent_check(request) or await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():

@@ -371,3 +371,58 @@ class Readiness(BaseModel):
     pid: int
     ready: bool
     checks: list[CheckResult]
+
+
+# --------------------------------------------------------------------------- secrets
+
+
+class SecretValue(ApiModel):
+    """The body of PUT /v1/secrets/{name}: the value, sent once and never shown again."""
+
+    value: str = Field(..., description="UTF-8 text without NUL, at most 64 KiB")
+
+
+class SecretInfo(ApiModel):
+    """What a tenant sees of one of its secrets: never the value."""
+
+    name: str
+    bytes: int = Field(..., description="the value's size in bytes")
+    created_at: datetime
+    updated_at: datetime
+
+
+class SecretList(ApiModel):
+    """The reply of GET /v1/secrets: names and times only."""
+
+    secrets: list[SecretInfo]
+    count: int
+
+
+class SecretRemoved(ApiModel):
+    """The reply of DELETE /v1/secrets/{name}."""
+
+    name: str
+    removed: bool
+
+
+class AgentSecretsRequest(ApiModel):
+    """An agent asks for the secrets of one attempt scheduled on its node."""
+
+    job_id: str = Field(..., min_length=1, max_length=200)
+    attempt: int = Field(..., ge=1, le=1000)
+
+
+class MissingSecret(ApiModel):
+    """A secret the job's spec names that its tenant has not set."""
+
+    variable: str
+    secret: str
+
+
+class AgentSecrets(ApiModel):
+    """The values of an attempt's secrets, by environment variable, and the ones missing."""
+
+    job_id: str
+    attempt: int
+    values: dict[str, str]
+    missing: list[MissingSecret]

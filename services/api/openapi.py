@@ -61,6 +61,8 @@ class Operation:
     headers: tuple[Header, ...] = ()
     public: bool = False
     """Served without a bearer token (health, this document, the console's static pages)."""
+    agent: bool = False
+    """Authenticated with an agent credential (a node and its token), never a tenant token."""
     tags: tuple[str, ...] = ("jobs",)
 
 
@@ -159,6 +161,8 @@ def openapi_document(operations: Sequence[Operation]) -> dict[str, Any]:
         }
         if op.public:
             item["security"] = []
+        elif op.agent:
+            item["security"] = [{"agent": []}]
         if op.body is not None:
             schema = refs[(op.body, "validation")]
             item["requestBody"] = {
@@ -177,7 +181,14 @@ def openapi_document(operations: Sequence[Operation]) -> dict[str, Any]:
         "paths": paths,
         "components": {
             "schemas": defs.get("$defs", {}),
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "agent": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "a node's agent token, with the node in X-Gridledger-Node",
+                },
+            },
         },
     }
 
@@ -191,3 +202,8 @@ def register(app: web.Application, operations: Sequence[Operation]) -> None:
 def public_paths(operations: Sequence[Operation]) -> frozenset[str]:
     """Path templates served without a token."""
     return frozenset(op.path for op in operations if op.public)
+
+
+def agent_paths(operations: Sequence[Operation]) -> frozenset[str]:
+    """Path templates that take an agent credential instead of a tenant token."""
+    return frozenset(op.path for op in operations if op.agent)

@@ -110,6 +110,11 @@ class ApiClient:
         with self._request("POST", path, body, content_type, extra=extra) as response:
             return json.loads(response.read())
 
+    def send(self, method: str, path: str, body: bytes | None = None) -> Any:
+        """Another method (PUT, DELETE) with an optional JSON body; the reply decoded."""
+        with self._request(method, path, body) as response:
+            return json.loads(response.read())
+
     def stream(self, path: str) -> Iterator[dict[str, Any]]:
         """NDJSON lines of a streamed response, as they arrive."""
         with self._request("GET", path, timeout=3600) as response:

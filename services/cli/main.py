@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "outputs": ("services.cli.artifacts", "a job's stored outputs and checkpoints"),
     "download": ("services.cli.artifacts", "fetch a job's outputs (or one PATH)"),
     "nodes": ("services.cli.nodes", "the fleet, with its inventory source"),
+    "secret": ("services.cli.secrets", "your secrets: set, list, rm (values never shown)"),
     "demo": (
         "services.cli.demo",
         "start the local stack and two agents, run one job per failure mode, print a table",

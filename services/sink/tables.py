@@ -39,7 +39,7 @@ class Table:
     """The primary key: what a row is stored once per, and what an upsert overwrites by."""
     derived: bool = True
     """Derived from the ledger (rebuilt and compared by ``replay --verify``); False for
-    bookkeeping (the consumed offsets)."""
+    bookkeeping (the consumed offsets) and the API's own data (the tenants' secrets)."""
     names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -170,6 +170,14 @@ TABLES: dict[str, Table] = {
             "consumer_offsets",
             ("consumer", "topic", "partition"),
             "consumer text, topic text, partition integer, next_offset bigint",
+            derived=False,
+        ),
+        # The API's secrets (services/secretstore.py): stored, never derived from the ledger.
+        declare(
+            "tenant_secrets",
+            ("tenant", "name"),
+            "tenant text, name text, sealed bytea, value_bytes integer, "
+            "created_at timestamptz, updated_at timestamptz",
             derived=False,
         ),
     )

@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from services import tokens
 from services.api.app import build_app
 from services.ledger import Ledger
+from services.secretstore import new_key_text
 from services.settings import Settings
 from services.sink.consumer import Sink, build_sink
 from tests.objectstore import PrivateStore
@@ -22,6 +23,8 @@ from tests.sink.pg import private_schema
 
 DEV_TOKEN = "tok-dev"
 OTHER_TOKEN = "tok-other"
+SECRETS_KEY = new_key_text()
+"""The API's secrets key in these tests (agents' tokens derive from it)."""
 
 
 @dataclass
@@ -58,6 +61,7 @@ async def api(topics: Settings, tmp_path: Path, object_store: PrivateStore) -> A
         topics,
         tokens_file=write_tokens(tmp_path / "tokens.json"),
         log_follow_grace_s=0.5,
+        secrets_key=SECRETS_KEY,
     )
     async with private_schema(settings) as (scoped, pool), Ledger(scoped, "test") as ledger:
         sink = await build_sink(scoped, ledger, pool)
