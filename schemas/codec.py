@@ -5,7 +5,10 @@ little-endian CRC-64-AVRO fingerprint of the writer schema's canonical form,
 then the Avro binary body. Any stored schema version can be the writer; the
 reader is always the current model's schema, so old payloads decode with new
 code. The event type and the fingerprint also travel as Kafka headers so other
-services can route without decoding.
+services can route without decoding, and every event carries the CloudEvents
+attributes in binary content mode (``ce_*`` headers, the Kafka protocol binding;
+the value stays the Avro record): :func:`headers` is the one place a record's
+headers are made, for the ledger's appends and the agent's spool alike.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
+from urllib.parse import quote
 
 import fastavro
 from pydantic import BaseModel, ValidationError
@@ -30,6 +34,12 @@ HEADER_TYPE = "gridledger-type"
 HEADER_FINGERPRINT = "gridledger-schema-fingerprint"
 HEADER_CONTENT_TYPE = "content-type"
 CONTENT_TYPE = b"application/vnd.apache.avro+binary;encoding=single-object"
+
+CE_SPECVERSION = b"1.0"
+CE_TYPE_PREFIX = "gridledger."
+"""``ce_type`` is the Avro record's full name: ``gridledger.JobFailed``."""
+CE_SOURCE_PREFIX = "/gridledger"
+"""``ce_source`` is this plus the event's ``producer``: ``/gridledger/agent/gpu-1``."""
 
 _EMPTY64 = 0xC15D213AA4D7A795
 
@@ -136,14 +146,45 @@ def encode(obj: BaseModel) -> bytes:
     return buf.getvalue()
 
 
-def headers(obj: BaseModel) -> list[tuple[str, bytes]]:
-    """Kafka headers: the record type and writer-schema fingerprint, readable without decoding."""
-    schema = registry().current[_record_name(obj)]
+@cache
+def _record_headers(name: str) -> tuple[list[tuple[str, bytes]], bytes]:
+    """What every record of one type carries (its type, fingerprint and content type), and
+    its ``ce_type``."""
+    schema = registry().current[name]
     return [
         (HEADER_TYPE, schema.name.encode()),
         (HEADER_FINGERPRINT, schema.fingerprint.to_bytes(8, "little").hex().encode()),
         (HEADER_CONTENT_TYPE, CONTENT_TYPE),
+    ], (CE_TYPE_PREFIX + schema.name).encode()
+
+
+@lru_cache(maxsize=4096)
+def _ce_source(producer: str) -> bytes:
+    """A URI-reference naming who wrote the event (producers are few: cached)."""
+    return (CE_SOURCE_PREFIX + ("/" + quote(producer, safe="/") if producer else "")).encode()
+
+
+def headers(obj: BaseModel) -> list[tuple[str, bytes]]:
+    """Kafka headers: the record type and writer-schema fingerprint, readable without
+    decoding; for an event also its CloudEvents attributes in binary content mode
+    (``ce_specversion``, ``ce_id`` = event id, ``ce_source``, ``ce_type``, ``ce_time`` =
+    ``occurred_at``, ``ce_subject`` = the key: the job id, or the node id of a node event).
+    Views (on the compacted topics) are no events and carry no ``ce_*`` header."""
+    common, ce_type = _record_headers(_record_name(obj))
+    if not isinstance(obj, Event):
+        return list(common)
+    time = obj.occurred_at.isoformat()
+    hdrs = [
+        *common,
+        ("ce_specversion", CE_SPECVERSION),
+        ("ce_id", obj.event_id.encode()),
+        ("ce_source", _ce_source(obj.producer)),
+        ("ce_type", ce_type),
+        ("ce_time", (time[:-6] + "Z" if time.endswith("+00:00") else time).encode()),
     ]
+    if obj.key:  # a CloudEvents subject, when present, is never empty
+        hdrs.append(("ce_subject", obj.key.encode()))
+    return hdrs
 
 
 def decode(data: bytes, *, trusted: bool = False) -> BaseModel:
