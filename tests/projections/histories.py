@@ -219,6 +219,7 @@ class JobHistory:
         gpus: int = 1,
         model: str = "A10G",
         resume_from: CheckpointRef | None = None,
+        region: str = "us-east-1",
     ) -> AttemptScheduled:
         self.attempt += 1
         self.node, self.gpu_count, self.gpu_model = node, gpus, model
@@ -228,7 +229,7 @@ class JobHistory:
             "scheduler",
             node_id=node,
             provider=provider,
-            region="us-east-1",
+            region=region,
             gpu_count=gpus,
             gpu_model=model,
             gpu_indices=list(range(gpus)),
