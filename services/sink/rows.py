@@ -7,10 +7,12 @@ rebuilt table is byte-for-byte what the live sink wrote.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
 
+from projections import usage
 from schemas.events import (
     EVENT_TYPES,
     Event,
@@ -150,6 +152,7 @@ def accounting_row(record: AccountingRecord) -> Row:
         "reconciled": record.reconciled,
         "updated_at": record.updated_at,
         "record": dump(record),
+        "labels": json.dumps(record.labels),
     }
 
 
@@ -174,8 +177,33 @@ def accounting_attempt_rows(record: AccountingRecord) -> list[Row]:
             "billable_gpu_seconds": a.billable_gpu_seconds,
             "credited_gpu_seconds": a.credited_gpu_seconds,
             "reconciled": a.reconciled,
+            "provider": a.provider,
+            "region": a.region,
         }
         for a in record.attempts
+    ]
+
+
+def usage_rows(record: AccountingRecord, ticks: Iterable[MeterTick]) -> list[Row]:
+    """The usage_lines rows of a record: ``projections.usage.split`` by hour."""
+    return [
+        {
+            "job_id": p.job_id,
+            "attempt": p.attempt,
+            "period_start": p.period_start,
+            "tenant": p.tenant,
+            "labels": json.dumps(p.labels),
+            "provider": p.provider,
+            "region": p.region,
+            "gpu_model": p.gpu_model,
+            "held_us": p.held_us,
+            "gpu_us": p.gpu_us,
+            "metered_gpu_us": p.metered_gpu_us,
+            "billable_gpu_us": p.billable_gpu_us,
+            "credited_gpu_us": p.credited_gpu_us,
+            "final": p.final,
+        }
+        for p in usage.split(record, ticks, "hour")
     ]
 
 

@@ -122,7 +122,7 @@ TABLES: dict[str, Table] = {
             "held_seconds double precision, gpu_seconds double precision, "
             "metered_gpu_seconds double precision, billable_gpu_seconds double precision, "
             "credited_gpu_seconds double precision, reconciled boolean, "
-            "updated_at timestamptz, record jsonb",
+            "updated_at timestamptz, record jsonb, labels jsonb",
         ),
         declare(
             "accounting_attempts",
@@ -133,7 +133,7 @@ TABLES: dict[str, Table] = {
             "metered_gpu_seconds double precision, tick_count integer, "
             "missing_ticks integer[], attribution text, failure_class text, "
             "billable_gpu_seconds double precision, credited_gpu_seconds double precision, "
-            "reconciled boolean",
+            "reconciled boolean, provider text, region text",
         ),
         declare(
             "log_chunks",
@@ -179,6 +179,14 @@ TABLES: dict[str, Table] = {
             "tenant text, name text, sealed bytea, value_bytes integer, "
             "created_at timestamptz, updated_at timestamptz",
             derived=False,
+        ),
+        declare(
+            "usage_lines",
+            ("job_id", "attempt", "period_start"),
+            "job_id text, attempt integer, period_start timestamptz, tenant text, "
+            "labels jsonb, provider text, region text, gpu_model text, held_us bigint, "
+            "gpu_us bigint, metered_gpu_us bigint, billable_gpu_us bigint, "
+            "credited_gpu_us bigint, final boolean",
         ),
     )
 }

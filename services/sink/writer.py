@@ -288,16 +288,29 @@ class _Batch:
         await upsert(self.conn, "nodes", list(self.nodes.values()))
         # Ticks before the job's first event are accounted once JobSubmitted arrives.
         due = [self.states[j] for j in sorted(self.accounting_due) if self.states[j].history]
-        records = [
+        accounted = [
             # The view is the fold of exactly the history: it saves account() a re-fold.
-            account(state.history, state.sorted_ticks(), policy, view=state.view)
+            (account(state.history, ticks, policy, view=state.view), ticks)
             for state in due
+            for ticks in (state.sorted_ticks(),)
         ]
+        records = [r for r, _ in accounted]
         await upsert(self.conn, "accounting_records", [rows.accounting_row(r) for r in records])
         await upsert(
             self.conn,
             "accounting_attempts",
             [line for r in records for line in rows.accounting_attempt_rows(r)],
+        )
+        # A record's hours can shrink (a lost attempt ends at its last heartbeat): its
+        # usage lines are replaced, not merged.
+        await self.conn.execute(
+            "DELETE FROM usage_lines WHERE job_id = ANY($1::text[])", [r.job_id for r in records]
+        )
+        await insert_ignore(
+            self.conn,
+            "usage_lines",
+            [line for r, ticks in accounted for line in rows.usage_rows(r, ticks)],
+            returning=None,
         )
 
 

@@ -141,6 +141,8 @@ async def test_int_array_columns_survive_the_batched_upsert(
         "billable_gpu_seconds": 1.0,
         "credited_gpu_seconds": 0.0,
         "reconciled": True,
+        "provider": "aws",
+        "region": "eu-west-1",
     }
     async with pool.acquire() as conn:
         await upsert(
