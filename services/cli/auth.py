@@ -8,9 +8,9 @@ from typing import Any
 import click
 
 from services.cli import render
-from services.cli.client import ApiClient
+from services.cli.client import ApiClient, check_transport
 from services.cli.config import Profile, UserConfig, local_api_url
-from services.cli.options import Output, output_options
+from services.cli.options import Output, insecure_http_option, output_options
 from services.settings import load_settings
 
 
@@ -34,9 +34,15 @@ def _profile_name(explicit: str | None, config: UserConfig) -> str:
 )
 @click.option("--profile", metavar="NAME", help="Profile to write (default: the one in use).")
 @click.option("--default", "make_default", is_flag=True, help="Make it the default profile.")
+@insecure_http_option
 @output_options
 def login(
-    out: Output, api_url: str | None, token: str | None, profile: str | None, make_default: bool
+    out: Output,
+    api_url: str | None,
+    token: str | None,
+    profile: str | None,
+    make_default: bool,
+    insecure_http: bool,
 ) -> int:
     """Check a token against the API, then save it with the URL in the config file.
 
@@ -55,11 +61,15 @@ def login(
         or os.environ.get("GRIDLEDGER_API_URL")
         or local_api_url(settings)
     ).rstrip("/")
+    # Refused before the token is asked for when it could not be sent safely.
+    client = ApiClient(url, "", token_from="the token given to login", insecure_http=insecure_http)
+    check_transport(url, client.insecure_http)
     token = token or os.environ.get("GRIDLEDGER_TOKEN")
     if not token:
         token = click.prompt(f"token for {url}", hide_input=True).strip()
     # Any authenticated read proves the token; the smallest one.
-    ApiClient(url, token, token_from="the token given to login").get("/v1/jobs?limit=1")
+    client.token = token
+    client.get("/v1/jobs?limit=1")
     config.profiles[name] = Profile(name, url, token)
     if make_default or not config.default_profile:
         config.default_profile = name

@@ -4,13 +4,21 @@ Which URL and token the job commands use is decided in :mod:`services.cli.config
 (flag, environment, profile, local stack). :func:`resolve_token` and
 :func:`base_url` serve the demo and the benchmarks, which talk to the local
 stack they started.
+
+A token goes only where it is meant to (:func:`check_transport`): over https,
+or plain http to a loopback address unless ``--insecure-http`` (or
+``GRIDLEDGER_INSECURE_HTTP=1``) says the network is trusted. A redirect is never
+followed, to the same host or another: the request that carries the token ends
+there, and the error names where the API pointed to.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,6 +53,50 @@ def base_url(settings: Settings, explicit: str | None) -> str:
     return url.rstrip("/")
 
 
+def insecure_http_from_env() -> bool:
+    """``GRIDLEDGER_INSECURE_HTTP=1``: plain http to a non-loopback API is allowed."""
+    return os.environ.get("GRIDLEDGER_INSECURE_HTTP", "").lower() in {"1", "true", "yes"}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only: localhost, 127.0.0.0/8 or ::1."""
+    host = host.lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_transport(url: str, insecure_http: bool) -> None:
+    """A CliError unless ``url`` may carry a token: https, or http to a loopback host, or
+    http anywhere when the user said the network is trusted."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise CliError(
+            f"the API URL {url!r} is not an http(s) URL; use e.g. https://gridledger.example.com",
+            Exit.USAGE,
+        )
+    if parts.scheme == "http" and not is_loopback(parts.hostname) and not insecure_http:
+        raise CliError(
+            f"refusing to send a token over plain http to {parts.hostname}: anyone on the way "
+            f"could read it. Use https://{parts.netloc}, or pass --insecure-http (or set "
+            "GRIDLEDGER_INSECURE_HTTP=1) if the network to it is trusted",
+            Exit.USAGE,
+        )
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects end the request (urllib would resend the token to wherever they point)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects())
+
+
 @dataclass
 class ApiClient:
     """A small blocking HTTP client of the API (the CLI runs one request at a time); errors become
@@ -55,6 +107,12 @@ class ApiClient:
     timeout: float = 30.0
     token_from: str = ""
     """Where the token came from (flag, variable, profile), named when the API refuses it."""
+    insecure_http: bool = False
+    """Plain http to a host that is not this machine is allowed (``--insecure-http``, or
+    ``GRIDLEDGER_INSECURE_HTTP=1``)."""
+
+    def __post_init__(self) -> None:
+        self.insecure_http = self.insecure_http or insecure_http_from_env()
 
     def _request(
         self,
@@ -69,12 +127,22 @@ class ApiClient:
         headers.update(extra or {})
         if body is not None:
             headers["Content-Type"] = content_type
+        check_transport(self.base, self.insecure_http)
         request = urllib.request.Request(
             self.base + path, data=body, method=method, headers=headers
         )
         try:
-            return urllib.request.urlopen(request, timeout=timeout or self.timeout)
+            return _OPENER.open(request, timeout=timeout or self.timeout)
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                exc.close()
+                raise CliError(
+                    f"the API at {self.base} answered {exc.code} redirecting to "
+                    f"{exc.headers.get('Location') or '(no Location)'}; gridledger never "
+                    "follows a redirect with your token. If that address is the API, use it "
+                    "as --api (or in the profile)",
+                    Exit.ERROR,
+                ) from None
             raw = exc.read()
             try:
                 payload = json.loads(raw)

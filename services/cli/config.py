@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +136,19 @@ class Target:
     token: str | None
     url_from: str
     token_from: str
+    withheld: str = ""
+    """Why a saved token was not used for this URL (it belongs to another API), if one was."""
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """Scheme, host and port of ``url``: what a saved token is bound to."""
+    parts = urllib.parse.urlsplit(url)
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    try:
+        port = parts.port or default
+    except ValueError:
+        port = None
+    return parts.scheme, (parts.hostname or "").lower(), port
 
 
 def resolve(
@@ -145,10 +159,17 @@ def resolve(
     profile: str | None = None,
     config: UserConfig | None = None,
 ) -> Target:
-    """Apply the lookup order of the module docstring; ``token`` is None when none is found."""
+    """Apply the lookup order of the module docstring; ``token`` is None when none is found.
+
+    A token given for this command (``--token``, ``GRIDLEDGER_TOKEN``) goes to whatever
+    URL it names. A saved one is bound to its API: a profile's token to the profile's
+    URL, the local stack's dev token to the local stack, and neither is sent to an
+    ``--api`` that names another scheme, host or port.
+    """
     config = config or UserConfig.load()
     chosen = config.selected(profile)
     where = f"profile {chosen.name!r} ({config.path})" if chosen else ""
+    local = local_api_url(settings)
     url_candidates = (
         (api_url, "--api"),
         (os.environ.get("GRIDLEDGER_API_URL"), "GRIDLEDGER_API_URL"),
@@ -156,19 +177,32 @@ def resolve(
     )
     url, url_from = next(
         ((v, src) for v, src in url_candidates if v),
-        (local_api_url(settings), "the local stack's settings"),
+        (local, "the local stack's settings"),
     )
     token_candidates = (
-        (token, "--token"),
-        (os.environ.get("GRIDLEDGER_TOKEN"), "GRIDLEDGER_TOKEN"),
-        (chosen.token if chosen else None, where),
+        (token, "--token", None),
+        (os.environ.get("GRIDLEDGER_TOKEN"), "GRIDLEDGER_TOKEN", None),
+        (chosen.token if chosen else None, where, (chosen.api_url if chosen else None) or local),
         (
             dev_token(settings),
             f"the local stack's dev token ({tokens.dev_tokens_path(settings.tokens_path)})",
+            f"http://{settings.api_host}:{settings.api_port}",  # where the local API listens
         ),
     )
-    found, token_from = next(((v, src) for v, src in token_candidates if v), (None, ""))
-    return Target(url.rstrip("/"), found, url_from, token_from)
+    withheld = [
+        f"the token of {src} is for {bound}, not {url.rstrip('/')}"
+        for value, src, bound in token_candidates
+        if value and bound is not None and origin(bound) != origin(url)
+    ]
+    found, token_from = next(
+        (
+            (value, src)
+            for value, src, bound in token_candidates
+            if value and (bound is None or origin(bound) == origin(url))
+        ),
+        (None, ""),
+    )
+    return Target(url.rstrip("/"), found, url_from, token_from, "; ".join(withheld))
 
 
 def local_api_url(settings: Settings) -> str:
@@ -181,10 +215,12 @@ def dev_token(settings: Settings) -> str | None:
     return tokens.load_dev_tokens(settings.tokens_path).get("dev")
 
 
-def no_token_advice(settings: Settings) -> str:
-    """What to do when no token was found, naming every place that was looked in."""
+def no_token_advice(settings: Settings, withheld: str = "") -> str:
+    """What to do when no token was found, naming every place that was looked in (and the
+    saved tokens that were not sent because they belong to another API)."""
+    why = f" ({withheld}; a saved token is only sent to its own API)" if withheld else ""
     return (
-        "no API token. Log in once with `gridledger login --api URL` (it asks for the token "
+        f"no API token{why}. Log in once with `gridledger login --api URL` (it asks for the token "
         f"and writes {config_path()}), or pass --token / set GRIDLEDGER_TOKEN. On the machine "
         "of a running local stack, set GRIDLEDGER_HOME to its folder to use its dev token "
         f"(looked for {tokens.dev_tokens_path(settings.tokens_path)})."

@@ -46,6 +46,7 @@ class Connection:
     token: str | None = None
     api_url: str | None = None
     profile: str | None = None
+    insecure_http: bool = False
 
     @functools.cached_property
     def settings(self) -> Settings:
@@ -64,8 +65,15 @@ class Connection:
         """An API client for the target; a CliError with advice when there is no token."""
         target = self.target
         if not target.token:
-            raise CliError(config.no_token_advice(self.settings), Exit.NOT_AUTHORISED)
-        return ApiClient(target.api_url, target.token, token_from=target.token_from)
+            raise CliError(
+                config.no_token_advice(self.settings, target.withheld), Exit.NOT_AUTHORISED
+            )
+        return ApiClient(
+            target.api_url,
+            target.token,
+            token_from=target.token_from,
+            insecure_http=self.insecure_http,
+        )
 
 
 @dataclass(frozen=True)
@@ -135,15 +143,24 @@ def _plain(data: Any) -> Any:
 
 
 def api_options(f: F) -> F:
-    """Add ``--token``, ``--api`` and ``--profile``; the command receives ``conn``."""
+    """Add ``--token``, ``--api``, ``--profile`` and ``--insecure-http``; the command receives
+    ``conn``."""
 
     @functools.wraps(f)
     def wrapper(
-        *args: Any, token: str | None, api_url: str | None, profile: str | None, **kwargs: Any
+        *args: Any,
+        token: str | None,
+        api_url: str | None,
+        profile: str | None,
+        insecure_http: bool,
+        **kwargs: Any,
     ) -> Any:
         # `gridledger --profile X status` and `gridledger status --profile X` both work.
         profile = profile or click.get_current_context().find_root().params.get("profile")
-        return f(*args, conn=Connection(token=token, api_url=api_url, profile=profile), **kwargs)
+        conn = Connection(token, api_url, profile, insecure_http)
+        return f(*args, conn=conn, **kwargs)
+
+    wrapper = insecure_http_option(wrapper)
 
     wrapper = click.option(
         "--profile",
@@ -164,6 +181,16 @@ def api_options(f: F) -> F:
         help="API token (default: $GRIDLEDGER_TOKEN, the profile, the local stack's dev token).",
     )(wrapper)
     return wrapper  # type: ignore[return-value]
+
+
+def insecure_http_option(f: F) -> F:
+    """``--insecure-http``: allow sending the token over plain http to a non-loopback host."""
+    return click.option(
+        "--insecure-http",
+        is_flag=True,
+        help="Allow plain http to an API that is not on this machine (the token travels "
+        "unencrypted; or $GRIDLEDGER_INSECURE_HTTP=1).",
+    )(f)
 
 
 def output_options(f: F) -> F:

@@ -25,7 +25,12 @@ def private_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "config" / "gridledger" / "config.toml"
     monkeypatch.setenv("GRIDLEDGER_CONFIG", str(path))
     monkeypatch.setenv("TZ", "UTC")
-    for name in ("GRIDLEDGER_PROFILE", "GRIDLEDGER_TOKEN", "GRIDLEDGER_API_URL"):
+    for name in (
+        "GRIDLEDGER_PROFILE",
+        "GRIDLEDGER_TOKEN",
+        "GRIDLEDGER_API_URL",
+        "GRIDLEDGER_INSECURE_HTTP",
+    ):
         monkeypatch.delenv(name, raising=False)
     return path
 
