@@ -50,7 +50,11 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             partitions = 1
         else:
             partitions = settings.job_partitions
-        configs = {"cleanup.policy": "compact" if suffix in COMPACTED_TOPICS else "delete"}
+        configs = {
+            "cleanup.policy": "compact" if suffix in COMPACTED_TOPICS else "delete",
+            # Explicit, not the broker's default: the producer's max_request_size agrees.
+            "max.message.bytes": str(settings.kafka_max_message_bytes),
+        }
         if settings.replication_factor > 1:
             # Per topic as well as the broker default: a topic keeps it on any cluster.
             configs["min.insync.replicas"] = str(settings.min_insync_replicas)

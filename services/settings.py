@@ -79,6 +79,12 @@ class Settings(BaseSettings):
     """Docker daemon address; empty means the environment's default (unix socket)."""
     debian_mirror: str = "http://deb.debian.org/debian"
     """Debian mirror debootstrap uses to build the local ``gridledger/python`` image."""
+    kafka_max_message_bytes: int = Field(
+        1024 * 1024,
+        ge=64 * 1024,
+        description="largest record a topic takes (each topic's max.message.bytes) and the "
+        "producer sends (its max_request_size): a larger one is refused, never retried",
+    )
     # ---- scheduler (issue 5)
     scheduler_node_timeout_s: float = Field(
         30.0, gt=0, description="a node silent (no NodeHeartbeat) this long is not placeable"

@@ -53,6 +53,30 @@ DLQ_SOURCE_PARTITION = "gridledger-source-partition"
 DLQ_SOURCE_OFFSET = "gridledger-source-offset"
 DLQ_ERROR = "gridledger-error"
 DLQ_CONSUMER = "gridledger-consumer"
+DLQ_REASON = "gridledger-reason"
+DLQ_VALUE_BYTES = "gridledger-value-bytes"
+
+POISON_REASONS = ("undecodable", "unstorable", "unpublishable", "unapplicable")
+"""Why a consumer parked a record (the ``gridledger-reason`` header and the metric's
+``reason``): it does not decode; the read models refuse it (the sink); the broker refuses
+what it leads to (too large to publish); applying it raised (a scheduler or agent bug
+that hostile input reached). docs/architecture.md, "Poison records"."""
+
+
+def poison_line(raw: Any, consumer: str, reason: str, error: Exception | str) -> str:
+    """The one log line of a poison record: where it is, the job (its key), who, why."""
+    key = raw.key.decode("utf-8", "replace") if raw.key else "-"
+    why = f"{type(error).__name__}: {error}" if isinstance(error, Exception) else error
+    where = f"{raw.topic}/{raw.partition}@{raw.offset}"
+    return f"{consumer}: {reason} record {where} (job {key}): {why}"
+
+
+def skipped(raw: Any, consumer: str, error: Exception | str) -> None:
+    """A reader that only looks (history, follow, replay) skips a record it cannot decode:
+    one log line and the ``gridledger_records_skipped`` count, never a dead letter (the
+    topic's owner parks it, once)."""
+    log.warning("skipped %s", poison_line(raw, consumer, "undecodable", error))
+    metrics.RECORDS_SKIPPED.labels(consumer=consumer).inc()
 
 
 CONSUMER_OUTAGE_ERRORS: tuple[type[Exception], ...] = (KafkaError, LedgerError, OSError)
@@ -179,6 +203,34 @@ class LedgerOperations:
         """Send bytes as they are (dead-letter, tests of malformed input)."""
         return (await self.append_encoded([(topic, key, value, headers)]))[0]
 
+    async def dead_letter(
+        self, raw: Any, error: Exception | str, consumer: str, reason: str = "undecodable"
+    ) -> Appended:
+        """Park a record this consumer cannot apply, and go on: the one way every consumer
+        (sink, processors, scheduler, agent) handles a poison record.
+
+        The record goes to the dead-letter topic as it was (its value dropped when even
+        that topic could not take it, its size in a header), with where it came from,
+        the error and ``reason`` (:data:`POISON_REASONS`) in headers; it is counted in
+        ``gridledger_dead_letters{consumer,reason}`` and logged once, naming the job.
+        """
+        value = raw.value
+        size = len(value) if value is not None else 0
+        if size > self.settings.kafka_max_message_bytes - 16 * 1024:
+            value = None  # over what the topic takes: the headers say what it was
+        hdrs = [
+            (DLQ_SOURCE_TOPIC, str(raw.topic).encode()),
+            (DLQ_SOURCE_PARTITION, str(raw.partition).encode()),
+            (DLQ_SOURCE_OFFSET, str(raw.offset).encode()),
+            (DLQ_ERROR, str(error).encode("utf-8", "replace")[:4000]),
+            (DLQ_CONSUMER, consumer.encode()),
+            (DLQ_REASON, reason.encode()),
+            (DLQ_VALUE_BYTES, str(size).encode()),
+        ]
+        log.warning("dead-lettering %s", poison_line(raw, consumer, reason, error))
+        metrics.DEAD_LETTERS.labels(consumer=consumer, reason=reason).inc()
+        return await self.send_raw(self.settings.topic("dead-letter"), raw.key, value, hdrs)
+
     async def history(self, key: str, topic_suffix: str = "job-events") -> list[Event]:
         """One job's (or node's) events on a topic, in order, read from its partition."""
         topic = self.settings.topic(topic_suffix)
@@ -251,7 +303,7 @@ class Ledger(LedgerOperations):
             enable_idempotence=self.idempotent,
             linger_ms=2,
             request_timeout_ms=int(self.request_timeout_s * 1000),
-            max_request_size=4 * 1024 * 1024,
+            max_request_size=self.settings.kafka_max_message_bytes,
         )
         try:
             await producer.start()
@@ -381,27 +433,6 @@ class Ledger(LedgerOperations):
         metrics.count_by_topic(metrics.EVENTS_PRODUCED, produced)
         return [Appended(tp[0], tp[1], acked[tp][i].offset + n) for tp, i, n in slots]
 
-    # ----------------------------------------------------------------------- dead letter
-
-    async def dead_letter(self, raw: Any, error: Exception | str, consumer: str) -> Appended:
-        """Park an undecodable record on the dead-letter topic, with where it came from."""
-        hdrs = [
-            (DLQ_SOURCE_TOPIC, raw.topic.encode()),
-            (DLQ_SOURCE_PARTITION, str(raw.partition).encode()),
-            (DLQ_SOURCE_OFFSET, str(raw.offset).encode()),
-            (DLQ_ERROR, str(error).encode()[:4000]),
-            (DLQ_CONSUMER, consumer.encode()),
-        ]
-        log.warning(
-            "dead-lettering %s/%s@%s for %s: %s",
-            raw.topic,
-            raw.partition,
-            raw.offset,
-            consumer,
-            error,
-        )
-        return await self.send_raw(self.settings.topic("dead-letter"), raw.key, raw.value, hdrs)
-
     async def decode(
         self, raw: Any, consumer: str, dead_letter: bool = True
     ) -> LedgerRecord | None:
@@ -417,7 +448,7 @@ class Ledger(LedgerOperations):
             if dead_letter:
                 await self.dead_letter(raw, record, consumer)
             else:
-                self._skipped(raw, consumer, record)
+                skipped(raw, consumer, record)
             return None
         if record is not None:
             counter = self._consumed.get(raw.topic)
@@ -449,17 +480,6 @@ class Ledger(LedgerOperations):
             value,
             raw.timestamp,
             heard_at(raw, None),
-        )
-
-    @staticmethod
-    def _skipped(raw: Any, consumer: str, exc: EventDecodeError) -> None:
-        log.warning(
-            "%s skips undecodable %s/%s@%s: %s",
-            consumer,
-            raw.topic,
-            raw.partition,
-            raw.offset,
-            exc,
         )
 
     # ----------------------------------------------------------------------- reads
@@ -558,7 +578,7 @@ class Ledger(LedgerOperations):
                     if dead_letter:
                         await self.dead_letter(raw, record, consumer_name)
                     else:
-                        self._skipped(raw, consumer_name, record)
+                        skipped(raw, consumer_name, record)
                 elif record is not None:
                     records.append(record)
             if records:
@@ -584,7 +604,7 @@ class Ledger(LedgerOperations):
         for raw in latest.values():
             record = self._decoded(raw)
             if isinstance(record, EventDecodeError):
-                self._skipped(raw, consumer_name, record)
+                skipped(raw, consumer_name, record)
             elif record is not None:
                 out[record.key] = record
         metrics.EVENTS_CONSUMED.labels(topic=topic).inc(len(out))

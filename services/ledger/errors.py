@@ -63,7 +63,8 @@ FATAL: tuple[Refusal, ...] = (
     ),
     Refusal(
         (kafka.RecordTooLargeError,),
-        "the record is larger than this producer's max_request_size (4 MiB)",
+        "the record is larger than this producer's max_request_size "
+        "(GRIDLEDGER_KAFKA_MAX_MESSAGE_BYTES, 1 MiB by default)",
         "keep the event smaller: gridledger's own events stay far below 1 MiB, so a "
         "larger one is a bug to report",
     ),

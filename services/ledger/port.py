@@ -261,8 +261,11 @@ class LedgerPort(Protocol):
         to; reads start at the beginning unless sought, or at the group's commit."""
         ...
 
-    async def dead_letter(self, raw: Any, error: Exception | str, consumer: str) -> Appended:
-        """Park an undecodable consumed record on the dead-letter topic, with its origin."""
+    async def dead_letter(
+        self, raw: Any, error: Exception | str, consumer: str, reason: str = "undecodable"
+    ) -> Appended:
+        """Park a consumed record this consumer cannot apply on the dead-letter topic, with
+        its origin and ``reason``; counted and logged once (the one poison-record path)."""
         ...
 
     async def decode(

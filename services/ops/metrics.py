@@ -29,6 +29,18 @@ EVENTS_PRODUCED = Counter(
     "Records this process appended and the broker acknowledged, by topic",
     ["topic"],
 )
+DEAD_LETTERS = Counter(
+    "gridledger_dead_letters",
+    "Records this process parked on the dead-letter topic and went on, by consumer and "
+    "reason (undecodable, unstorable, unpublishable, unapplicable)",
+    ["consumer", "reason"],
+)
+RECORDS_SKIPPED = Counter(
+    "gridledger_records_skipped",
+    "Undecodable records a reader that only looks (follow, history, replay) skipped; the "
+    "topic's owner dead-letters them",
+    ["consumer"],
+)
 CONSUMER_LAG = Gauge(
     "gridledger_consumer_lag",
     "Records between this consumer's position and the partition's end",
@@ -68,10 +80,12 @@ __all__ = [
     "ATTEMPT_FAILURES",
     "CHECK_OK",
     "CONSUMER_LAG",
+    "DEAD_LETTERS",
     "DECISION_LATENCY",
     "EVENTS_CONSUMED",
     "EVENTS_PRODUCED",
     "JOBS",
+    "RECORDS_SKIPPED",
     "REGISTRY",
     "SPOOL_DEPTH",
     "UPLOAD_BYTES",

@@ -30,15 +30,11 @@ from schemas.errors import EventDecodeError, LedgerError
 from services.backoff import outage_of
 from services.ledger import TopicPartition
 from services.ledger.client import (
-    DLQ_CONSUMER,
-    DLQ_ERROR,
-    DLQ_SOURCE_OFFSET,
-    DLQ_SOURCE_PARTITION,
-    DLQ_SOURCE_TOPIC,
     LOG_APPEND_TIME,
     LedgerOperations,
     heard_at,
     partition_for,
+    skipped,
 )
 from services.ledger.errors import BrokerUnavailableError
 from services.ledger.port import Appended, Encoded, LedgerRecord
@@ -262,16 +258,6 @@ class FakeLedger(LedgerOperations):
     def consumer(self, *topics: str, group_id: str | None = None, **kwargs: Any) -> FakeConsumer:
         return FakeConsumer(self, topics, group_id)
 
-    async def dead_letter(self, raw: Any, error: Exception | str, consumer: str) -> Appended:
-        hdrs = [
-            (DLQ_SOURCE_TOPIC, raw.topic.encode()),
-            (DLQ_SOURCE_PARTITION, str(raw.partition).encode()),
-            (DLQ_SOURCE_OFFSET, str(raw.offset).encode()),
-            (DLQ_ERROR, str(error).encode()[:4000]),
-            (DLQ_CONSUMER, consumer.encode()),
-        ]
-        return await self.send_raw(self.settings.topic("dead-letter"), raw.key, raw.value, hdrs)
-
     async def decode(
         self, raw: Any, consumer: str, dead_letter: bool = True
     ) -> LedgerRecord | None:
@@ -283,9 +269,7 @@ class FakeLedger(LedgerOperations):
             if dead_letter:
                 await self.dead_letter(raw, exc, consumer)
             else:
-                log.warning(
-                    "%s skips undecodable %s/%s@%s", consumer, raw.topic, raw.partition, raw.offset
-                )
+                skipped(raw, consumer, exc)
             return None
         return LedgerRecord(
             raw.topic,
