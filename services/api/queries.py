@@ -181,7 +181,8 @@ async def log_chunks(
         attempt,
         stream,
     )
-    return [dict(r) for r in rows]
+    # data is the chunk's UTF-8 as bytea (services/sink/migrations/0002_log_data_bytea.sql)
+    return [{**dict(r), "data": bytes(r["data"]).decode()} for r in rows]
 
 
 async def accounting_attempts(pool: asyncpg.Pool, job_id: str) -> list[dict[str, Any]]:

@@ -253,7 +253,7 @@ class Sink:
     async def _decode(self, raws: list[Any]) -> _Decoded:
         """Decode without side effects: a record that does not decode is dead-lettered
         by :meth:`_commit`, so a batch decoded ahead and then dropped parks nothing."""
-        name = f"sink/{self.consumer_name}"
+        name = self.dead_letter_name
         records = []
         for i, raw in enumerate(raws, 1):
             records.append(await self.ledger.decode(raw, name, dead_letter=False))
@@ -268,14 +268,14 @@ class Sink:
         await self._commit(await self._decode(list(raws)))
 
     async def _commit(self, polled: _Decoded) -> None:
-        decoded: list[LedgerRecord] = []
+        decoded: list[tuple[Any, LedgerRecord]] = []
         offsets: dict[TopicPartition, int] = {}
         for raw, record in zip(polled.raws, polled.records, strict=True):
             if record is None and raw.value is not None:
                 # Undecodable: dead-letter it now, once, before its offset is committed.
-                record = await self.ledger.decode(raw, f"sink/{self.consumer_name}")
+                record = await self.ledger.decode(raw, self.dead_letter_name)
             if record is not None:
-                decoded.append(record)
+                decoded.append((raw, record))
             tp = TopicPartition(raw.topic, raw.partition)
             offsets[tp] = max(offsets.get(tp, 0), raw.offset + 1)
         if self._conn is not None:
@@ -286,15 +286,43 @@ class Sink:
         self.positions.update(offsets)
         self.applied_batches += 1
 
+    @property
+    def dead_letter_name(self) -> str:
+        """Who the dead-letter headers and the metric name for what this sink parks."""
+        return f"sink/{self.consumer_name}"
+
     async def _apply_in_transaction(
         self,
         conn: asyncpg.Connection,
-        decoded: list[LedgerRecord],
+        decoded: list[tuple[Any, LedgerRecord]],
         offsets: dict[TopicPartition, int],
     ) -> None:
         async with conn.transaction():
-            await self.apply_records(conn, decoded)
+            for raw, exc in await self._apply_isolating(conn, decoded):
+                # Parked before the offsets commit: a crash now parks it again, never loses it.
+                await self.ledger.dead_letter(raw, exc, self.dead_letter_name, "unstorable")
             await store_offsets(conn, self.consumer_name, offsets)
+
+    async def _apply_isolating(
+        self, conn: asyncpg.Connection, decoded: list[tuple[Any, LedgerRecord]]
+    ) -> list[tuple[Any, BaseException]]:
+        """Apply the records in a savepoint; when Postgres refuses a row (:func:`db.row_refused`),
+        apply each half again, down to the one record refused. Returns the refused records
+        (raw, why), in order; everything else is applied, in order."""
+        try:
+            async with conn.transaction():
+                await self.apply_records(conn, [record for _, record in decoded])
+            return []
+        except Exception as exc:
+            if not db.row_refused(exc):
+                raise
+            if len(decoded) == 1:
+                return [(decoded[0][0], exc)]
+        half = len(decoded) // 2
+        return [
+            *await self._apply_isolating(conn, decoded[:half]),
+            *await self._apply_isolating(conn, decoded[half:]),
+        ]
 
     async def apply_records(self, conn: asyncpg.Connection, records: list[LedgerRecord]) -> None:
         """The pure step and its writes (a seam for tests that crash mid-batch)."""

@@ -70,6 +70,23 @@ _NOT_AN_OUTAGE = (
 """Connection errors that a retry cannot fix: a bad configuration, told and fatal."""
 
 
+ROW_REFUSED: tuple[type[BaseException], ...] = (
+    asyncpg.DataError,  # class 22: a value the column cannot hold (a NUL, a huge number)
+    asyncpg.ProgramLimitExceededError,  # class 54: a value over a size limit
+    OverflowError,  # an integer wider than its column, caught while encoding for COPY
+    UnicodeError,  # text the encoding for COPY cannot take
+)
+"""Errors with which Postgres (or the encoding for it) refuses a record's rows: the sink
+parks that record (reason ``unstorable``) and commits the rest of the batch. A bug of the
+sink's own code (any other error) still ends the run: parking every record it touches
+would hide it."""
+
+
+def row_refused(exc: BaseException) -> bool:
+    """True when ``exc`` refuses a record's rows rather than meaning an outage or a bug."""
+    return isinstance(exc, ROW_REFUSED) and not postgres_unavailable(exc)
+
+
 def postgres_unavailable(exc: BaseException) -> bool:
     """True when ``exc`` (or the error it wraps) means Postgres is away for now."""
     while exc is not None:

@@ -217,7 +217,7 @@ def log_chunk_row(chunk: LogChunk) -> Row:
         "event_id": chunk.event_id,
         "first_line": chunk.first_line,
         "line_count": chunk.line_count,
-        "data": chunk.data,
+        "data": chunk.data.encode(),  # bytea: every character survives, NUL included
         "truncated": chunk.truncated,
         "occurred_at": chunk.occurred_at,
     }

@@ -18,7 +18,8 @@ commit (or roll back) with the offsets.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -26,6 +27,34 @@ from typing import Any
 import asyncpg
 
 from services.sink.rows import Row
+
+NUL_STAND_IN = "\ufffd"
+"""What a NUL becomes in a text or jsonb column, which cannot hold one (Postgres refuses
+``\\u0000`` in both): U+FFFD, the replacement character, the same on every write and
+replay. Log data is ``bytea`` and keeps every character as it was."""
+
+_JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+"""A ``\\u0000`` escape in JSON text (not an escaped backslash followed by ``u0000``)."""
+
+
+def text_safe(value: Any) -> Any:
+    """A text value Postgres takes: NUL replaced by :data:`NUL_STAND_IN`."""
+    if isinstance(value, str) and "\x00" in value:
+        return value.replace("\x00", NUL_STAND_IN)
+    if isinstance(value, list) and any(isinstance(v, str) and "\x00" in v for v in value):
+        return [text_safe(v) for v in value]
+    return value
+
+
+def json_safe(value: Any) -> Any:
+    """JSON text jsonb takes: each ``\\u0000`` escape spelled as :data:`NUL_STAND_IN`."""
+    if isinstance(value, str) and "\\u0000" in value:
+        return _JSON_NUL.sub(r"\1\\ufffd", value)
+    return value
+
+
+_SAFE: dict[str, Callable[[Any], Any]] = {"text": text_safe, "text[]": text_safe, "jsonb": json_safe}
+"""Per column type, what makes a value of that type storable whatever a tenant sent."""
 
 
 @dataclass(frozen=True)
@@ -59,15 +88,30 @@ class Table:
         return f"CREATE TEMP TABLE IF NOT EXISTS {self.staging} ({cols})"
 
     def tuples(self, table_rows: Sequence[Row]) -> list[tuple[Any, ...]]:
-        """The rows as tuples in column order (what COPY takes); every column is required."""
+        """The rows as tuples in column order (what COPY takes); every column is required.
+
+        Text and jsonb values go through :data:`_SAFE`: a NUL a tenant put in a name, an
+        env value or a reason never makes Postgres refuse the batch.
+        """
         get = itemgetter(*self.names)
+        safe = [(i, _SAFE[t]) for i, (_, t) in enumerate(self.columns) if t in _SAFE]
         try:
-            return [get(row) for row in table_rows]
+            out = [get(row) for row in table_rows]
         except KeyError as exc:
             raise ValueError(
                 f"a row for table {self.name} has no column {exc.args[0]!r}: "
                 f"rows must give every column of services/sink/tables.py ({', '.join(self.names)})"
             ) from None
+        for n, values in enumerate(out):
+            fixed = None
+            for i, make_safe in safe:
+                value = make_safe(values[i])
+                if value is not values[i]:
+                    fixed = fixed or list(values)
+                    fixed[i] = value
+            if fixed is not None:
+                out[n] = tuple(fixed)
+        return out
 
 
 def declare(name: str, key: tuple[str, ...], columns: str, *, derived: bool = True) -> Table:
@@ -139,7 +183,7 @@ TABLES: dict[str, Table] = {
             "log_chunks",
             ("job_id", "attempt", "stream", "seq"),
             "job_id text, attempt integer, stream text, seq integer, event_id text, "
-            "first_line integer, line_count integer, data text, truncated boolean, "
+            "first_line integer, line_count integer, data bytea, truncated boolean, "
             "occurred_at timestamptz",
         ),
         declare(

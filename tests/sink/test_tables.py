@@ -85,6 +85,11 @@ def parse_migrations(sql: str) -> dict[str, Table]:
     ):
         column, sql_type, _ = _column(spec)
         columns[name].append((column, sql_type))
+    for name, column, spec in re.findall(
+        r"ALTER TABLE\s+(\w+)\s+ALTER COLUMN\s+(\w+)\s+TYPE\s+(\S+)[^;]*;", sql, re.I
+    ):
+        _, sql_type, _ = _column(f"{column} {spec}")
+        columns[name] = [(c, sql_type if c == column.lower() else t) for c, t in columns[name]]
     return {
         name: Table(name, tuple(cols), keys[name], TABLES[name].derived if name in TABLES else True)
         for name, cols in columns.items()
@@ -119,10 +124,11 @@ def test_the_parser_sees_a_difference_in_a_column_a_type_or_a_key() -> None:
         );
         CREATE TABLE u (id int4 PRIMARY KEY, n bigint);
         ALTER TABLE u ADD COLUMN IF NOT EXISTS extra jsonb NOT NULL DEFAULT '{}';
+        ALTER TABLE t ALTER COLUMN d TYPE bytea USING convert_to(d::text, 'UTF8');
     """
     parsed = parse_migrations(sql)
     assert parsed["t"] == declare(
-        "t", ("a", "c"), "a text, b integer[], c double precision, d timestamptz"
+        "t", ("a", "c"), "a text, b integer[], c double precision, d bytea"
     )
     assert parsed["u"] == declare("u", ("id",), "id integer, n bigint, extra jsonb")
     assert parsed["u"] != declare("u", ("n",), "id integer, n bigint, extra jsonb")
