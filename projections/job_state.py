@@ -11,7 +11,8 @@ JobRejected) make a job terminal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import singledispatch
 from typing import Any
 
@@ -65,6 +66,44 @@ from schemas.views import (
 )
 
 
+@dataclass(frozen=True)
+class ViewBudget:
+    """What a JobView keeps at most of what a job's code and agent report, so that a view
+    of the largest valid spec with every attempt it may make stays well under the record
+    limit of the ``job-state`` topic (docs/architecture.md, "Poison records"). Part of
+    the fold, so the processors, the sink and replay keep exactly the same."""
+
+    log_bytes: int = 8 * 1024
+    """An attempt's ``last_log_lines``: the latest lines that fit in this many UTF-8 bytes."""
+    line_chars: int = 2048
+    """One kept log or evidence line, or one evidence detail (the agent cuts at 2,000)."""
+    text_chars: int = 4096
+    """A failure's summary and advice."""
+    anomalies: int = 100
+    """Anomalies recorded; later ones are counted in the last note, not kept."""
+
+
+VIEW_BUDGET = ViewBudget()
+
+
+def _cut(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[:chars] + "…"
+
+
+def last_lines(lines: Sequence[str], budget: ViewBudget = VIEW_BUDGET) -> list[str]:
+    """The latest of ``lines`` (each cut to ``line_chars``) within ``log_bytes``; the last
+    line is kept whatever its size."""
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        line = _cut(line, budget.line_chars)
+        size += len(line.encode()) + 1
+        if size > budget.log_bytes and kept:
+            break
+        kept.append(line)
+    return kept[::-1]
+
+
 def evolve(view: JobView | None, event: Event) -> JobView:
     """Apply one event to the view (None before the first event) and return the new view.
 
@@ -107,8 +146,14 @@ def project(events: Iterable[Event]) -> JobView:
 
 
 def _anomaly(view: JobView, event: Event, text: str) -> JobView:
-    note = f"{event.type} {event.event_id} (attempt {event.attempt}): {text}"
-    return view.model_copy(update={"anomalies": [*view.anomalies, note]})
+    notes, kept = view.anomalies, VIEW_BUDGET.anomalies - 1
+    if len(notes) < kept:
+        note = _cut(f"{event.type} {event.event_id} (attempt {event.attempt}): {text}", 512)
+        return view.model_copy(update={"anomalies": [*notes, note]})
+    # The budget's last note counts the anomalies past it.
+    more = 1 + (int(notes[kept].split()[0]) if len(notes) > kept else 0)
+    note = f"{more} more anomalies, not kept"
+    return view.model_copy(update={"anomalies": [*notes[:kept], note]})
 
 
 def _terminal(view: JobView) -> bool:
@@ -185,8 +230,22 @@ def _set_status(view: JobView, event: Event, status: JobStatus, **fields: Any) -
 
 
 def _failure(event: FailureClassified) -> FailureInfo:
-    # FailureInfo is the classification's own fields, as recorded on the event.
-    return FailureInfo.model_validate(event.model_dump(include=set(FailureInfo.model_fields)))
+    # FailureInfo is the classification's own fields, as recorded on the event, within
+    # the view's budget.
+    info = FailureInfo.model_validate(event.model_dump(include=set(FailureInfo.model_fields)))
+    chars, evidence = VIEW_BUDGET.line_chars, info.evidence
+    return info.model_copy(
+        update={
+            "summary": _cut(info.summary, VIEW_BUDGET.text_chars),
+            "advice": _cut(info.advice, VIEW_BUDGET.text_chars),
+            "evidence": evidence.model_copy(
+                update={
+                    "log_lines": [_cut(line, chars) for line in evidence.log_lines],
+                    "details": {k: _cut(v, chars) for k, v in evidence.details.items()},
+                }
+            ),
+        }
+    )
 
 
 def _end(view: JobView, event: Event, status: JobStatus, **fields: Any) -> JobView:
@@ -333,7 +392,7 @@ def _(event: ProcessExited, view: JobView) -> JobView:
         oom_killed=event.oom_killed,
         runtime_s=event.runtime_s,
         runtime_exceeded=event.runtime_exceeded,
-        last_log_lines=list(event.last_log_lines),
+        last_log_lines=last_lines(event.last_log_lines),
         status="finishing",
     )
     return _advance(view, event, "finishing")

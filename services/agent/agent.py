@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from schemas.events import (
@@ -304,9 +305,10 @@ class Agent:
                     batch = await consumer.getmany(tp, timeout_ms=500, max_records=100)
                     for raw in batch.get(tp, []):
                         if raw.key == ctx.node_id.encode():
-                            record = await ledger.decode(raw, f"agent-{ctx.node_id}")
+                            name = f"agent-{ctx.node_id}"
+                            record = await ledger.decode(raw, name)
                             if record is not None:
-                                await self._handle(record.value)
+                                await ledger.applied(raw, name, partial(self._handle, record.value))
                         await consumer.commit({tp: raw.offset + 1})
             except asyncio.CancelledError:
                 raise

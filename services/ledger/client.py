@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Self
 
@@ -230,6 +231,22 @@ class LedgerOperations:
         log.warning("dead-lettering %s", poison_line(raw, consumer, reason, error))
         metrics.DEAD_LETTERS.labels(consumer=consumer, reason=reason).inc()
         return await self.send_raw(self.settings.topic("dead-letter"), raw.key, value, hdrs)
+
+    async def applied(self, raw: Any, consumer: str, apply: Callable[[], Any]) -> bool:
+        """Apply a decoded record with ``apply()`` (awaited when it returns an awaitable);
+        when that raises, park the record as ``unapplicable`` (:meth:`dead_letter`) and
+        return False, so the consumer goes on with the next one. An outage
+        (:data:`CONSUMER_OUTAGE_ERRORS`) is raised as it is: the consumer rides it out."""
+        try:
+            result = apply()
+            if inspect.isawaitable(result):
+                await result
+        except CONSUMER_OUTAGE_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 - parked with its reason, named in the log
+            await self.dead_letter(raw, exc, consumer, "unapplicable")
+            return False
+        return True
 
     async def history(self, key: str, topic_suffix: str = "job-events") -> list[Event]:
         """One job's (or node's) events on a topic, in order, read from its partition."""

@@ -24,7 +24,7 @@ Only this package (and the processors' faust app) speaks Kafka; a test enforces 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, Self
@@ -266,6 +266,11 @@ class LedgerPort(Protocol):
     ) -> Appended:
         """Park a consumed record this consumer cannot apply on the dead-letter topic, with
         its origin and ``reason``; counted and logged once (the one poison-record path)."""
+        ...
+
+    async def applied(self, raw: Any, consumer: str, apply: Callable[[], Any]) -> bool:
+        """Apply a record; when that raises (not an outage), park it as ``unapplicable``
+        and return False: the consumer goes on."""
         ...
 
     async def decode(

@@ -24,6 +24,7 @@ import logging
 import socket
 import time
 from collections import Counter
+from functools import partial
 from typing import Any
 
 from schemas import codec
@@ -33,7 +34,7 @@ from services.clock import utcnow
 from services.ledger import Ledger, LedgerPort, TopicPartition
 from services.ledger.client import broker_unavailable, heard_at
 from services.ops import metrics
-from services.ops.logs import attach_context, event_context
+from services.ops.logs import event_context
 from services.scheduler.core import FOLDED_TYPE_NAMES, SchedulerConfig, SchedulerState
 from services.scheduler.inventory import FitChecker
 from services.settings import Settings
@@ -219,13 +220,10 @@ class Scheduler:
                     continue
                 record = await self.ledger.decode(raw, "scheduler")
                 if record is not None and isinstance(record.value, Event):
-                    try:
-                        self.state.observe(record.value, heard_at(raw, received))
-                    except Exception as exc:
-                        # The scheduler's crash line names the record that caused it.
-                        attach_context(exc, **event_context(record.value))
-                        raise
-                    seen = True
+                    # One the state cannot take is parked (its job named), not a crash
+                    # that every restart's rebuild would hit again.
+                    observe = partial(self.state.observe, record.value, heard_at(raw, received))
+                    seen = await self.ledger.applied(raw, "scheduler", observe) or seen
         return seen
 
     async def _decide(self, newest_s: float | None = None) -> None:

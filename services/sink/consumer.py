@@ -305,19 +305,20 @@ class Sink:
 
     async def _apply_isolating(
         self, conn: asyncpg.Connection, decoded: list[tuple[Any, LedgerRecord]]
-    ) -> list[tuple[Any, BaseException]]:
+    ) -> list[tuple[Any, Exception]]:
         """Apply the records in a savepoint; when Postgres refuses a row (:func:`db.row_refused`),
         apply each half again, down to the one record refused. Returns the refused records
         (raw, why), in order; everything else is applied, in order."""
         try:
             async with conn.transaction():
                 await self.apply_records(conn, [record for _, record in decoded])
-            return []
         except Exception as exc:
             if not db.row_refused(exc):
                 raise
             if len(decoded) == 1:
                 return [(decoded[0][0], exc)]
+        else:
+            return []
         half = len(decoded) // 2
         return [
             *await self._apply_isolating(conn, decoded[:half]),

@@ -47,13 +47,17 @@ def text_safe(value: Any) -> Any:
 
 
 def json_safe(value: Any) -> Any:
-    """JSON text jsonb takes: each ``\\u0000`` escape spelled as :data:`NUL_STAND_IN`."""
+    """JSON text jsonb takes: each NUL escape spelled as :data:`NUL_STAND_IN`."""
     if isinstance(value, str) and "\\u0000" in value:
         return _JSON_NUL.sub(r"\1\\ufffd", value)
     return value
 
 
-_SAFE: dict[str, Callable[[Any], Any]] = {"text": text_safe, "text[]": text_safe, "jsonb": json_safe}
+_SAFE: dict[str, Callable[[Any], Any]] = {
+    "text": text_safe,
+    "text[]": text_safe,
+    "jsonb": json_safe,
+}
 """Per column type, what makes a value of that type storable whatever a tenant sent."""
 
 

@@ -9,8 +9,10 @@ against the real broker.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from schemas.events import AttemptScheduled, Event, JobQueued
+from services.ledger.client import DLQ_CONSUMER, DLQ_ERROR, DLQ_REASON
 from services.scheduler import build_scheduler
 from services.settings import Settings
 from tests.fakes.ledger import FakeLedger
@@ -56,3 +58,40 @@ async def test_the_scheduler_places_on_the_fake_ledger_and_a_restart_decides_not
     assert (scheduled.node_id, scheduled.gpu_indices) == ("node-a", [0])
     assert len([e for e in history if isinstance(e, JobQueued)]) == 1
     assert placements(placed) == [scheduled]
+
+
+async def test_a_record_the_scheduler_cannot_apply_is_parked_and_the_next_job_is_placed(
+    settings: Settings,
+) -> None:
+    """Whatever makes the state raise on a record (a bug hostile input reaches) parks that
+    record as unapplicable, naming its job, instead of a crash that every restart's rebuild
+    would hit again; another tenant's job is placed as usual."""
+    ledger = await FakeLedger(fast(settings.model_copy(update={"topic_prefix": "fake."}))).start()
+    node = await ScriptedNode(ledger, "node-a", gpus=1).start(heartbeats=False)
+    await node.node_heartbeat()
+    poison, victim = submitted("job-poison"), submitted("job-victim")
+    await ledger.append_many([poison, victim])
+    scheduler = build_scheduler(ledger.settings, ledger=ledger)
+    observe = scheduler.state.observe
+
+    def fragile(event: Event, heard: Any = None) -> Any:
+        if event.job_id == poison.job_id:
+            raise ArithmeticError("a state bug this job's record reaches")
+        return observe(event, heard)
+
+    scheduler.state.observe = fragile  # type: ignore[method-assign]
+    await scheduler.start()
+    try:
+        await scheduler.wait_ready()
+        await wait_history(
+            ledger, victim.job_id, lambda h: bool(placements(h)), what="the victim's placement"
+        )
+    finally:
+        await scheduler.stop()
+        await node.stop()
+    (parked,) = [r async for r in ledger.read_raw(ledger.settings.topic("dead-letter"))]
+    headers = dict(parked.headers)
+    assert headers[DLQ_REASON] == b"unapplicable"
+    assert headers[DLQ_CONSUMER] == b"scheduler"
+    assert parked.key == poison.job_id.encode()
+    assert b"a state bug" in headers[DLQ_ERROR]
