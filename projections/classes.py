@@ -135,6 +135,10 @@ TABLE: tuple[FailureClass, ...] = (
                  "the whole job would redo work that already finished"),
     FailureClass("output_missing", "user", False, "process ok, a required output absent",
                  why_not="the job did not write a required output"),
+    FailureClass("record_refused", "platform", False,
+                 "a record of the job (its view, its accounting record, a decision) was "
+                 "larger than its topic takes", why_not="the same history would produce the "
+                 "same record again"),
     FailureClass("cancelled", "user", False, "user cancel", terminal="JobCancelled",
                  why_not="the user cancelled the job"),
     FailureClass("unknown", "platform", True,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from projections.evidence import ENDING_EVENTS, attempt_ended, late_verdict, trigger_for
-from projections.failures import Classification, classify
+from projections.failures import Classification, classify, classify_refusal
 from projections.history import first, is_clean_success, is_job_event, of_type, unique
 from projections.job_state import evolve, project
 from projections.retry import DEFAULT_POLICY, RetryDecision, RetryPolicy, decide
@@ -34,6 +34,7 @@ from schemas.events import (
     JobSucceeded,
     JobSucceededWithErrors,
     NoCapacity,
+    RecordRefused,
     RetryScheduled,
     RetryWithdrawn,
 )
@@ -45,7 +46,12 @@ DECISION_PRODUCERS = (CLASSIFIER, DECIDER)
 """The ``producer`` of every derived event (no instance suffix: replay must reproduce it)."""
 
 
-REACTS_TO: tuple[type[Event], ...] = (*ENDING_EVENTS, CancelRequested, FailureClassified)
+REACTS_TO: tuple[type[Event], ...] = (
+    *ENDING_EVENTS,
+    CancelRequested,
+    FailureClassified,
+    RecordRefused,
+)
 """The only events :func:`react` derives anything from: the classifier's triggers and
 the retry decider's inputs (ComputeReleased is both). For any other event it returns
 nothing without reading the history, so callers may skip folding for those."""
@@ -278,6 +284,11 @@ def decider_step(
         ):
             return _ending(history, JobSucceeded.derived(event, DECIDER), n)
         return []
+    if isinstance(event, RecordRefused):
+        # The job cannot be shown or accounted as it is: end it now rather than let it wait
+        # on records that are never published (platform side: its compute is credited).
+        c = classify_refusal(event, view.attempt)
+        return _ending(history, _terminal(event, c, decide(view, c, policy)), None)
     if not isinstance(event, FailureClassified):
         return []
     if of_type(history, FailureClassified, event.attempt)[0].event_id != event.event_id:

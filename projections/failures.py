@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from projections.classes import FAILURE_CLASSES as FAILURE_CLASSES
 from projections.classes import row as class_row
 from projections.evidence import Facts, gather
-from schemas.events import Attribution, Event, JobRejected, ReleaseReason
+from schemas.events import Attribution, Event, JobRejected, RecordRefused, ReleaseReason
 from schemas.types import Evidence
 
 CLASSIFIER_VERSION = "2"
@@ -313,6 +313,15 @@ RULES: tuple[Rule, ...] = (
          "Node[ {node}] did not finish the attempt (outputs, release)[ before {deadline}]"
          "[ after the process exited with code {exit_code}].",
          f"{_NOTHING_TO_CHANGE}: {_RETRIED}."),
+    # ---- publish: a record the job's history leads to is over its topic's limit
+    Rule("publish.record_refused", "publish", "record_refused", "platform",
+         "gridledger could not publish this job's {record_type} on {record_topic}: "
+         "{size} is over the topic's limit of {limit}. The job was ended so that it does "
+         "not wait for a record that can never be written; the compute it held is credited.",
+         "Not a fault of your job: nothing is billed for it. Submit it again (a smaller spec "
+         "or fewer attempts make smaller records); if this recurs, give the operator the job "
+         "id: the refused record's details are on the dead-letter topic.",
+         trigger=("RecordRefused",)),
     # ---- nothing matched
     Rule("fallback.unknown", "*", "unknown", "platform",
          "The attempt ended without a recognised cause[ (exit code {exit_code})]"
@@ -447,6 +456,23 @@ def classify(history: Sequence[Event], attempt: int, at: Event | None = None) ->
         :func:`projections.history.is_clean_success`).
     """
     return classify_facts(gather(history, attempt, at))
+
+
+def classify_refusal(event: RecordRefused, attempt: int) -> Classification:
+    """The classification of a RecordRefused (the job's ``attempt`` when it came)."""
+    f = Facts(
+        attempt=attempt,
+        phase="publish",
+        trigger=event.type,
+        occurred_at=event.occurred_at,
+        values={
+            "record_type": event.record_type,
+            "record_topic": event.record_topic,
+            "size": f"{event.size_bytes:,} bytes",
+            "limit": f"{event.limit_bytes:,} bytes",
+        },
+    )
+    return classify_facts(f).model_copy(update={"attempt": attempt})
 
 
 def classify_rejection(event: JobRejected) -> Classification:

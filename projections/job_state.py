@@ -49,6 +49,7 @@ from schemas.events import (
     OutputFailed,
     OutputStored,
     ProcessExited,
+    RecordRefused,
     RetryScheduled,
     RetryWithdrawn,
 )
@@ -516,6 +517,11 @@ def _(event: DispatchTimedOut, view: JobView) -> JobView:
 @_apply.register
 def _(event: FinishingTimedOut, view: JobView) -> JobView:
     return view  # a fact; the decision follows
+
+
+@_apply.register
+def _(event: RecordRefused, view: JobView) -> JobView:
+    return view  # a fact the decider ends the job on (JobFailed, record_refused)
 
 
 @_apply.register

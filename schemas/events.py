@@ -396,6 +396,20 @@ class FinishingTimedOut(Event):
     deadline: datetime
 
 
+class RecordRefused(Event):
+    """A record the job's history leads to was too large for its topic: a service parked it
+    on the dead-letter topic instead of publishing it (its view, its accounting record, a
+    decision). The retry decider ends the job ``record_refused`` on it (platform side)."""
+
+    record_topic: str
+    """The topic suffix the record was for (``job-state``, ``accounting``, ``job-events``)."""
+    record_type: str
+    """What the record was: ``JobView``, ``AccountingRecord``, an event type."""
+    size_bytes: int
+    limit_bytes: int
+    """The topic's ``max.message.bytes`` as the producer applies it."""
+
+
 class CancelRequested(Event):
     """Someone asked for the job to stop; dispatch routes it to the node that runs it."""
 
@@ -597,6 +611,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         AttemptLost,
         DispatchTimedOut,
         FinishingTimedOut,
+        RecordRefused,
         CancelRequested,
         AttemptCancelled,
         FailureClassified,

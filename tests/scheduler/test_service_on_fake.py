@@ -79,7 +79,7 @@ async def test_a_record_the_scheduler_cannot_apply_is_parked_and_the_next_job_is
             raise ArithmeticError("a state bug this job's record reaches")
         return observe(event, heard)
 
-    scheduler.state.observe = fragile  # type: ignore[method-assign]
+    scheduler.state.observe = fragile  # type: ignore[method-assign,assignment]
     await scheduler.start()
     try:
         await scheduler.wait_ready()
