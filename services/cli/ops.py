@@ -12,9 +12,8 @@ import click
 
 from services.cli.exits import Exit
 from services.cli.options import Output, output_options
+from services.ops.fleet import DEFAULT_FLEET
 from services.settings import load_settings
-
-DEFAULT_FLEET = Path("deploy/fleet.yaml")
 
 
 @click.command("run")
@@ -22,7 +21,7 @@ DEFAULT_FLEET = Path("deploy/fleet.yaml")
     "--fleet",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=DEFAULT_FLEET,
-    show_default=True,
+    show_default="the package's services/ops/fleet.yaml",
     help="The fleet file: which services, with which flags.",
 )
 @click.option("--ready-timeout", type=float, default=120.0, show_default=True, metavar="S")

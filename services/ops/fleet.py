@@ -1,6 +1,6 @@
 """The fleet file: which services a local deployment runs, with their flags.
 
-``gridledger run --fleet deploy/fleet.yaml`` reads it. YAML or JSON::
+``gridledger run --fleet FILE`` reads it (default: :data:`DEFAULT_FLEET`). YAML or JSON::
 
     env: {GRIDLEDGER_LOG_FORMAT: json}     # for every service (optional)
     restart: {initial_backoff_s: 0.5, max_backoff_s: 30}
@@ -32,6 +32,12 @@ from infra.services import ServiceSpec
 from schemas.errors import GridledgerError
 
 OpsPort = int | Literal["auto"]
+
+
+DEFAULT_FLEET = Path(__file__).with_name("fleet.yaml")
+"""The fleet ``gridledger run`` supervises without ``--fleet``: sink, api, scheduler,
+processors and one agent with the declared inventory beside it. Package data, so it is
+there wherever gridledger is installed."""
 
 
 class FleetError(GridledgerError):
@@ -137,7 +143,7 @@ def load_fleet(path: Path) -> Fleet:
     except OSError as exc:
         raise FleetError(
             f"cannot read the fleet file {path}: {exc.strerror or exc}; "
-            "pass --fleet with an existing file (see deploy/fleet.yaml)"
+            f"pass --fleet with an existing file (the default one is {DEFAULT_FLEET})"
         ) from exc
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

@@ -160,8 +160,8 @@ def report(
     targets += parse_urls(urls)
     if not targets:
         raise GridledgerError(
-            f"no services to ask: {path} does not exist (start the set with `gridledger run "
-            "--fleet deploy/fleet.yaml`) and no --url NAME=URL was given"
+            f"no services to ask: {path} does not exist (start the set with `gridledger run`) "
+            "and no --url NAME=URL was given"
         )
     rows = collect(targets, timeout_s)
     return {"ready": all(r["ready"] for r in rows), "supervisor": running, "services": rows}

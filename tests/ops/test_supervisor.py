@@ -75,7 +75,7 @@ services:
   - {{name: processors, command: [processors]}}
 agents:
   - node_id: {node_id}
-    inventory: {REPO / "deploy" / "inventory.json"}
+    inventory: {REPO / "services" / "ops" / "inventory.json"}
     args: [--shutdown-policy, stop]
 """
     )
