@@ -1,7 +1,6 @@
 """(b) of issue 21: the attacker's jobs, on real agents and real containers.
 
-Each attack is a job of tenant ``other`` that ends in exactly one terminal state
-whose failure, if any, is the user's and names the path or field and the rule;
+Each attack is a job of tenant ``other`` that ends in exactly one terminal state;
 after it every check of :mod:`tests.adversarial.after` holds.
 """
 
@@ -13,10 +12,6 @@ from tests.adversarial.after import check_all
 from tests.adversarial.stack import ATTACKER, VICTIM, Hostile, sh_job
 
 pytestmark = pytest.mark.integration
-
-
-def test_a_quiet_installation_passes_every_after_check(hostile: Hostile) -> None:
-    check_all(hostile)
 
 
 def test_the_attacker_cannot_read_the_victims_jobs(hostile: Hostile) -> None:
