@@ -173,6 +173,17 @@ RULES: tuple[Rule, ...] = (
          "Node[ {node}] could not download the checkpoint to resume from ({message}).",
          f"{_NOTHING_TO_CHANGE}: {_RETRIED}.",
          error_kinds=("resume_checkpoint_unavailable",)),
+    # The agent resolves the spec's secrets before the container exists (services/agent).
+    Rule("start.secret_missing", "start", "secret_missing", "user",
+         "The job names secrets its tenant has not set: {message}; the container was not "
+         "started.",
+         "Set each one (`gridledger secret set NAME`; `gridledger secret list` shows yours), or "
+         "fix the name in the spec's secrets, then submit the job again.",
+         error_kinds=("secret_missing",)),
+    Rule("start.secrets_unavailable", "start", "container_start_failed", "platform",
+         "Node[ {node}] could not fetch the job's secrets ({message}).",
+         f"{_NOTHING_TO_CHANGE}: {_RETRIED}.",
+         error_kinds=("secrets_unavailable",)),
     Rule("start.daemon_error", "start", "container_start_failed", "platform",
          "Docker on node[ {node}] failed to start the container[ ({error_kind}: {message})].",
          f"{_NOTHING_TO_CHANGE}: {_RETRIED}."),

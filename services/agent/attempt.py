@@ -221,8 +221,9 @@ class AttemptRunner:
             return None
         await self._fact(ImageResolved, image=s.spec.image, image_id=image_id, pulled=pulled)
         try:
+            secrets = await ctx.secrets.resolve(s.job_id, s.attempt) if s.spec.secrets else {}
             resume_file = await self._fetch_resume_checkpoint()
-            request = self._container_request(resume_file)
+            request = self._container_request(resume_file, secrets)
             container = await ctx.blocking(ctx.runtime.create, request)
         except ContainerStartError as exc:
             await self._start_failed(exc)
@@ -285,7 +286,11 @@ class AttemptRunner:
         log.info("attempt %s resumes from %s (%s)", r.key, ref.uri, ref.sha256[:12])
         return target
 
-    def _container_request(self, resume_file: Path | None = None) -> ContainerRequest:
+    def _container_request(
+        self, resume_file: Path | None = None, secrets: dict[str, str] | None = None
+    ) -> ContainerRequest:
+        """The container of the attempt; ``secrets`` (values by variable) go into its
+        environment and nowhere else: the request is never journaled or spooled."""
         r, s, ctx = self.record, self.record.scheduled, self.ctx
         output = self._output_dir()
         output.mkdir(parents=True, exist_ok=True)
@@ -294,7 +299,7 @@ class AttemptRunner:
         if s.spec.checkpoints:
             (output / s.spec.checkpoints).mkdir(parents=True, exist_ok=True)
             os.chmod(output / s.spec.checkpoints, 0o777)
-        env = dict(s.spec.env)
+        env = {**s.spec.env, **(secrets or {})}
         env.update(
             GRIDLEDGER_JOB_ID=s.job_id,
             GRIDLEDGER_ATTEMPT=str(s.attempt),

@@ -14,6 +14,7 @@ from services.agent.inventory import discover
 from services.agent.journal import Journal
 from services.agent.publisher import LedgerPublisher
 from services.agent.runtime import DockerRuntime
+from services.agent.secrets import SecretsClient
 from services.agent.settings import AgentSettings
 from services.agent.spool import PublisherFactory, Spool
 from services.backoff import outage_of
@@ -51,6 +52,7 @@ def bootstrap(
         store=artifacts,
         inventory=discover(agent.inventory_file, nvml),
         executor=ThreadPoolExecutor(64, thread_name_prefix=f"agent-{agent.node_id}"),
+        secrets=SecretsClient(settings, agent),
     )
     return Agent(ctx)
 

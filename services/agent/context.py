@@ -15,6 +15,7 @@ from services.agent.artifacts import ArtifactStore
 from services.agent.inventory import Inventory
 from services.agent.journal import Journal
 from services.agent.runtime import DockerRuntime
+from services.agent.secrets import SecretsClient
 from services.agent.settings import AgentSettings
 from services.agent.spool import Spool
 from services.clock import utcnow
@@ -35,6 +36,7 @@ class AgentContext:
     store: ArtifactStore
     inventory: Inventory
     executor: ThreadPoolExecutor
+    secrets: SecretsClient
     clock: Callable[[], datetime] = field(default=utcnow)
 
     @property

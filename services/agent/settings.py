@@ -49,6 +49,12 @@ class AgentSettings(BaseSettings):
     publish_timeout_s: float = Field(10.0, gt=0)
     """A spool batch the broker has not acknowledged within this is retried."""
     agent_version: str = "0.1.0"
+    token: str = Field("", repr=False)
+    """This node's agent credential for the API (``gridledger secret agent-token NODE``);
+    empty: derived from the secrets key file, when this host has it (the local stack)."""
+    secrets_timeout_s: float = Field(60.0, gt=0)
+    """How long the agent keeps trying to fetch an attempt's secrets from an API that is
+    away or lags; then the attempt fails ``container_start_failed`` (platform, retried)."""
 
     def state_dir(self, home: Path) -> Path:
         """``<home>/agent/<node_id>``: the attempt journal of this node."""

@@ -14,6 +14,7 @@ from services.agent.attempt import AttemptRunner
 from services.agent.context import AgentContext
 from services.agent.inventory import Inventory
 from services.agent.journal import Journal, JournalEntry
+from services.agent.secrets import SecretsClient
 from services.agent.settings import AgentSettings
 from services.settings import Settings
 
@@ -33,6 +34,7 @@ def _runner(tmp_path: Path, source: str, **scheduled: Any) -> AttemptRunner:
         store=None,  # type: ignore[arg-type]
         inventory=Inventory(source=source, gpus=gpus),  # type: ignore[arg-type]
         executor=ThreadPoolExecutor(1),
+        secrets=SecretsClient(settings, agent),
     )
     event = AttemptScheduled(
         event_id="sched-1",
@@ -72,6 +74,13 @@ def test_limits_labels_env_and_no_gpu_request_on_a_declared_inventory(tmp_path: 
     assert request.gpu_indices is None
     assert request.output_dir.is_dir() and (request.output_dir / "ckpt").is_dir()
     assert request.resume_file is None
+
+
+def test_resolved_secrets_join_the_environment_of_the_container_only(tmp_path: Path):
+    runner = _runner(tmp_path, "declared")
+    request = runner._container_request(None, {"HF_TOKEN": "v4lue"})
+    assert request.env["HF_TOKEN"] == "v4lue" and request.env["BATCH"] == "8"
+    assert "v4lue" not in runner.record.model_dump_json()
 
 
 def test_gpus_are_requested_by_index_when_nvml_found_them(tmp_path: Path):

@@ -93,6 +93,20 @@ def entrypoint_not_found() -> JobHistory:
     return h
 
 
+def secret_missing() -> JobHistory:
+    """The spec names a secret its tenant never set: the agent says so before the container."""
+    h = JobHistory(spec=job_spec(secrets={"HF_TOKEN": "hf-token"}))
+    h.submit()
+    h.wait(1).queue()
+    h.wait(4).schedule()
+    h.wait(2).accept()
+    h.hold()
+    h.wait(3).image_ok()
+    h.wait(1).start_failed("secret_missing", "hf-token (for HF_TOKEN)")
+    h.wait(1).release("start_failed")
+    return h
+
+
 def missing_data_file() -> JobHistory:
     return _fails(
         (
@@ -328,6 +342,7 @@ SCENARIOS: dict[str, Callable[[], JobHistory]] = {
         missing_module,
         missing_libcudart,
         entrypoint_not_found,
+        secret_missing,
         missing_data_file,
         host_oom,
         sigkill_not_oom,
