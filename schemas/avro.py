@@ -41,6 +41,9 @@ def _is_model(tp: object) -> bool:
 
 def _avro_type(tp: Any, seen: set[str]) -> Any:
     origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        # Validation rules (a string's characters, its length) do not change the wire type.
+        return _avro_type(typing.get_args(tp)[0], seen)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         non_null = [a for a in args if a is not type(None)]
@@ -54,7 +57,7 @@ def _avro_type(tp: Any, seen: set[str]) -> Any:
     if origin is list:
         return {"type": "array", "items": _avro_type(args[0], seen)}
     if origin is dict:
-        if args[0] is not str:
+        if _unannotated(args[0]) is not str:
             raise SchemaRegistryError(f"map keys must be strings, got {tp}")
         return {"type": "map", "values": _avro_type(args[1], seen)}
     if tp is str:
@@ -74,6 +77,10 @@ def _avro_type(tp: Any, seen: set[str]) -> Any:
         seen.add(full)
         return _record(tp, seen)
     raise SchemaRegistryError(f"no Avro mapping for {tp!r}")
+
+
+def _unannotated(tp: Any) -> Any:
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is typing.Annotated else tp
 
 
 def _json_default(value: Any) -> Any:

@@ -147,8 +147,18 @@ class Settings(BaseSettings):
     """Postgres schema of the sink's read models (tests and replay use their own)."""
     api_url: str = ""
     """Base URL the CLI calls; empty means ``http://api_host:api_port``."""
-    api_max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
-    """Largest request body the API reads; larger bodies get a 413."""
+    api_max_body_bytes: int = Field(1024 * 1024, ge=1024)
+    """Largest request body the API reads; larger bodies get a 413 before they are read."""
+    api_max_spec_bytes: int = Field(128 * 1024, ge=1024, le=512 * 1024)
+    """Largest encoded spec a submit may carry (a 422 above): the spec is copied into
+    Kafka records (JobSubmitted, AttemptScheduled, the job's view) under the broker's
+    1 MiB limit, and the view needs room for its attempts."""
+    api_id_key: str = ""
+    """Key of the HMAC that derives a keyed submit's job id from its Idempotency-Key;
+    empty: read ``api_id_key_file``. Every API replica must have the same key."""
+    api_id_key_file: Path | None = None
+    """File holding that key; default ``<home>/api-id-key``, created (0600, random) by the
+    first API that finds none."""
     api_submit_visible_s: float = Field(3.0, ge=0)
     """How long ``POST /v1/jobs`` waits for the sink to record the job (read-your-writes)."""
     api_append_timeout_s: float = Field(5.0, gt=0)

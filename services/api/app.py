@@ -12,7 +12,6 @@ import asyncio
 import json
 import logging
 import re
-import secrets
 import socket
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +31,7 @@ from services.api import (
     idempotency,
     problems,
     queries,
+    security,
     tenant_secrets,
 )
 from services.api import models as m
@@ -64,30 +64,24 @@ POOL = web.AppKey("pool", asyncpg.Pool)
 PRODUCER = web.AppKey("producer", str)
 SUBMISSIONS = web.AppKey("submissions", idempotency.Submissions)
 SIGNER = web.AppKey("signer", artifacts.Signer)
+ID_KEY = web.AppKey("id_key", bytes)
+"""The HMAC key of keyed job ids (services/api/idempotency.py)."""
 OPENAPI = web.AppKey("openapi", dict)
 ROUTES = web.AppKey("routes", tuple)
 """Every operation the app serves (the table plus the ops endpoints)."""
 
 
-def new_job_id() -> str:
-    """A fresh job id for a submit without an idempotency key (one with a key derives its id from
-    it)."""
-    return f"job-{secrets.token_hex(6)}"
-
-
 def not_found(job_id: str) -> web.HTTPNotFound:
     """The 404 for a job this tenant does not own or that does not exist: the two look the same, so
     ids cannot be probed."""
-    return web.HTTPNotFound(
-        text=_json_text(
-            {
-                "error": "not_found",
-                "detail": f"no job {job_id} for this tenant; `gridledger status` lists yours "
-                "(GET /v1/jobs)",
-            }
-        ),
-        content_type="application/json",
+    return errors.not_found(
+        f"no job {_shown(job_id)} for this tenant; `gridledger status` lists yours (GET /v1/jobs)"
     )
+
+
+def _shown(value: str) -> str:
+    """A value from the request as a message may quote it: printable, and short."""
+    return value if problems.printable(value) else ascii(value)[:80]
 
 
 def _json_text(data: Any) -> str:
@@ -95,9 +89,14 @@ def _json_text(data: Any) -> str:
 
 
 def problem_response(status: int, items: list[problems.Problem], error: str) -> web.Response:
-    """A 4xx body listing each problem with its field and fix: every validation error's shape."""
-    return web.json_response(
-        {"error": error, "problems": [p.to_json() for p in items]}, status=status
+    """A 4xx problem document listing each problem with its field and fix: every validation
+    error's shape."""
+    return errors.problem(
+        status,
+        error,
+        errors.title(status),
+        "; ".join(f"{p.field}: {p.problem}" for p in items),
+        problems=[p.to_json() for p in items],
     )
 
 
@@ -107,6 +106,8 @@ def _tenant(request: web.Request) -> str:
 
 async def _own_job(request: web.Request) -> asyncpg.Record:
     job_id = request.match_info["job_id"]
+    if not problems.valid_job_id(job_id):
+        raise not_found(job_id)  # no job has such an id; it never reaches Postgres
     row = await queries.job_row(request.app[POOL], _tenant(request), job_id)
     if row is None:
         raise not_found(job_id)
@@ -131,15 +132,32 @@ async def submit_job(request: web.Request) -> web.Response:
     except web.HTTPRequestEntityTooLarge:
         return _too_large(None, limit)
     content_type = request.content_type
+    tenant = _tenant(request)
+    key = request.headers.get("Idempotency-Key", "").strip()
+    submitter = request.headers.get("X-Gridledger-Submitter", tenant)
+    header_problems = [
+        problems.Problem(name, why, fix)
+        for name, why, fix in (
+            ("Idempotency-Key", idempotency.key_problem(key), "use a UUID"),
+            (
+                "X-Gridledger-Submitter",
+                problems.line_problem(submitter, 200),
+                "send a name or an email address, at most 200 characters",
+            ),
+        )
+        if why
+    ]
+    if header_problems:
+        return problem_response(400, header_problems, "invalid_header")
     try:
         spec = problems.spec_from(problems.parse_body(raw, content_type))
+        problems.check_encoded_size(spec, settings.api_max_spec_bytes)
     except problems.BodyError as exc:
         return problem_response(exc.status, exc.problems, "invalid_body")
     except ValidationError as exc:
         return problem_response(422, problems.problems_of(exc), "invalid_spec")
-
-    tenant = _tenant(request)
-    key = request.headers.get("Idempotency-Key", "").strip()
+    if spec.resume_from is not None:
+        await _own_resume_source(request, tenant, spec.resume_from)
 
     def submitted(job_id: str, event_id: str) -> JobSubmitted:
         return JobSubmitted(
@@ -149,17 +167,18 @@ async def submit_job(request: web.Request) -> web.Response:
             occurred_at=datetime.now(UTC),
             producer=request.app[PRODUCER],
             tenant=tenant,
-            submitter=request.headers.get("X-Gridledger-Submitter", tenant)[:200],
+            submitter=submitter,
             spec=spec,
         )
 
     if not key:
-        event = submitted(new_job_id(), new_event_id())
+        event = submitted(idempotency.new_job_id(), new_event_id())
         await _record(request, event)
         return await _accepted(request, event.job_id, event.event_id)
 
     # One key, one job (services/api/idempotency.py has the rule).
-    job_id, event_id = idempotency.job_id_for(tenant, key), idempotency.event_id_for(tenant, key)
+    job_id = idempotency.job_id_for(request.app[ID_KEY], tenant, key)
+    event_id = idempotency.event_id_for(tenant, key)
     digest = idempotency.spec_digest(spec)
 
     async def lookup() -> idempotency.Known | None:
@@ -179,19 +198,31 @@ async def submit_job(request: web.Request) -> web.Response:
 
     known, appended = await request.app[SUBMISSIONS].once(tenant, key, lookup, append)
     if known.digest != digest:
-        return web.json_response(
-            {
-                "error": "idempotency_key_reused",
-                "detail": f"Idempotency-Key {key!r} was used for {job_id} with another "
-                "spec; use a new key for a new job",
-            },
-            status=409,
+        return errors.problem(
+            409,
+            "idempotency_key_reused",
+            errors.title(409),
+            f"Idempotency-Key {key!r} was used for {job_id} with another spec; use a new key "
+            "for a new job",
         )
     if appended:
         return await _accepted(request, job_id, event_id)
     status = await _status_if_known(request.app[POOL], job_id)
     body = {"job_id": job_id, "status": status or "submitted", "recorded": status is not None}
     return web.json_response({**body, "links": queries.links(job_id)}, status=200)
+
+
+async def _own_resume_source(request: web.Request, tenant: str, job_id: str) -> None:
+    """A job resumes only from a job of its own tenant: any other id is a 404, as for a job
+    that does not exist, so nothing of another tenant's jobs is revealed or reused."""
+    if not problems.valid_job_id(job_id) or (
+        await queries.job_row(request.app[POOL], tenant, job_id) is None
+    ):
+        raise errors.not_found(
+            f"resume_from: no job {_shown(job_id)} for this tenant; resume from one of your "
+            "own jobs (`gridledger status` lists them)",
+            field="resume_from",
+        )
 
 
 async def _record(request: web.Request, event: JobSubmitted) -> None:
@@ -275,7 +306,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         after = queries.decode_cursor(query.cursor) if query.cursor else None
     except ValueError as exc:
         return problem_response(
-            422,
+            400,
             [
                 problems.Problem(
                     "cursor",
@@ -284,7 +315,7 @@ async def list_jobs(request: web.Request) -> web.Response:
                     "first page",
                 )
             ],
-            "invalid_query",
+            "invalid_cursor",
         )
     jobs, next_cursor = await queries.list_jobs(
         request.app[POOL], _tenant(request), list(query.status), query.limit, after
@@ -455,20 +486,22 @@ async def cancel_job(request: web.Request) -> web.Response:
     """POST /v1/jobs/{job_id}/cancel: append CancelRequested; an ended job answers 409."""
     row = await _own_job(request)
     if row["status"] in TERMINAL_STATUSES:
-        return web.json_response(
-            {
-                "error": "already_terminal",
-                "detail": f"job {row['job_id']} is already {row['status']}; nothing to cancel",
-                "status": row["status"],
-            },
-            status=409,
+        return errors.problem(
+            409,
+            "already_terminal",
+            errors.title(409),
+            f"job {row['job_id']} is already {row['status']}; nothing to cancel",
+            job_status=row["status"],
         )
     reason = ""
     if request.can_read_body:
         try:
-            reason = str((await request.json()).get("reason", ""))[:500]
-        except (ValueError, AttributeError):
-            reason = ""
+            body = problems.parse_body(await request.read(), "application/json")
+            reason = m.CancelRequest.model_validate(body).reason
+        except problems.BodyError as exc:
+            return problem_response(exc.status, exc.problems, "invalid_body")
+        except ValidationError as exc:
+            return problem_response(422, _query_problems(exc), "invalid_body")
     event = CancelRequested(
         job_id=row["job_id"],
         attempt=row["attempt"],
@@ -797,10 +830,12 @@ def build_app(
     app[PRODUCER] = f"api/{socket.gethostname()}"
     app[SUBMISSIONS] = idempotency.Submissions()
     app[SIGNER] = artifacts.Signer(settings)
+    app[ID_KEY] = idempotency.id_key(settings)
     app[ROUTES] = operations
     app[OPENAPI] = openapi_document(operations)
     tenant_secrets.install(app, settings, pool)
     register(app, operations)
+    app.on_response_prepare.append(security.add_headers)
 
     async def close_checks_on_cleanup(app: web.Application) -> None:
         await close_checks(endpoints.checks)

@@ -1,5 +1,10 @@
 """What the API answers when something fails: ``application/problem+json``, never a bare 500.
 
+Every refusal (4xx) is a problem document too: the handlers make theirs with
+:func:`problem`, and the middleware turns any other 4xx (a route that does not
+exist, a method not allowed, a 401, a body over ``client_max_size``) into one, so a
+client never meets another error shape.
+
 Three kinds of failure, one middleware (the outermost, so it also covers auth):
 
 - the broker did not take a write (submit, cancel): **503** with ``Retry-After``.
@@ -19,10 +24,12 @@ Bodies follow RFC 9457 (``type``, ``title``, ``status``, ``detail``) and keep th
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import asyncpg
@@ -58,6 +65,70 @@ def problem(
         **extra,
     }
     return web.json_response(body, status=status, headers=headers, content_type=PROBLEM_JSON)
+
+
+def title(status: int) -> str:
+    """The title of a problem of ``status``: the status's phrase (e.g. "Not Found")."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def not_found(detail: str, **extra: Any) -> web.HTTPNotFound:
+    """A 404 problem, raised by a handler (a job, or an artifact, this tenant does not have)."""
+    body = {
+        "type": "/problems/not_found",
+        "title": title(404),
+        "status": 404,
+        "detail": detail,
+        "error": "not_found",
+        **extra,
+    }
+    return web.HTTPNotFound(text=json.dumps(body), content_type=PROBLEM_JSON)
+
+
+_ERROR_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def as_problem(response: web.StreamResponse) -> web.StreamResponse:
+    """``response`` as a problem document when it is a refusal in another shape.
+
+    A JSON body keeps its fields (``error``, ``detail``, ``hint`` ...); a text body
+    becomes the ``detail``. Anything that is not an error, or already a problem, or a
+    stream, passes unchanged.
+    """
+    if (
+        response.status < 400
+        or response.content_type == PROBLEM_JSON
+        or not isinstance(response, web.Response)
+    ):
+        return response
+    text = response.text or ""
+    try:
+        data = json.loads(text) if response.content_type == "application/json" else None
+    except ValueError:
+        data = None
+    fields: dict[str, Any] = data if isinstance(data, dict) else {}
+    error = str(fields.pop("error", "") or _ERROR_CODES.get(response.status, "error"))
+    detail = str(fields.pop("detail", "") or text.strip() or title(response.status))
+    for key in ("type", "title", "status"):
+        fields.pop(key, None)
+    headers = {
+        k: v
+        for k, v in response.headers.items()
+        if k.lower() not in ("content-type", "content-length")
+    }
+    return problem(
+        response.status, error, title(response.status), detail, headers=headers, **fields
+    )
 
 
 def ledger_unavailable(settings: Settings, exc: BaseException) -> web.Response:
@@ -128,9 +199,12 @@ def middleware(settings: Settings, pool: asyncpg.Pool) -> ProblemAnswers:
     @web.middleware
     async def problems(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            return await handler(request)
-        except web.HTTPException:
-            raise  # a deliberate answer (404, 401, ...)
+            return as_problem(await handler(request))
+        except web.HTTPException as exc:
+            answer = as_problem(exc)
+            if answer is exc:
+                raise  # a redirect, or already a problem (a deliberate 404 ...)
+            return answer  # aiohttp's own refusals (413, 405 ...), as problems
         except Exception as exc:
             if broker_unavailable(exc):
                 kafka.down(exc)  # the next acknowledged append says it is back

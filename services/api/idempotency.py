@@ -3,7 +3,9 @@
 The rule, in three layers, each holding without the next:
 
 1. **Ids derived from the key.** A submission of tenant T with key K names job
-   ``job-`` + sha256(T NUL K)[:12] and event ``derived_event_id("T:K", "api-submit")``.
+   ``job-`` + HMAC-SHA256(id key, T NUL K)[:32 hex] (128 bits; the id key is the
+   operator's ``api_id_key``, which every replica shares, so nobody without it can
+   tell which key names which job) and event ``derived_event_id("T:K", "api-submit")``.
    Whatever happens — two API replicas racing, an API that crashed between the
    broker's acknowledgement and its answer, a client retrying after a timeout or
    a 503 — every JobSubmitted for (T, K) carries the same job id and event id,
@@ -29,22 +31,74 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import json
+import os
+import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from schemas.events import derived_event_id
-from schemas.spec import JobSpec
+from schemas.spec import JobSpec, character_problem
+from services.settings import Settings
 
 REMEMBERED_KEYS = 100_000
 """Keys one API process remembers (about 100 bytes each)."""
 
 
-def job_id_for(tenant: str, key: str) -> str:
+MAX_KEY_CHARS = 200
+"""Longest Idempotency-Key (a UUID is 36)."""
+
+JOB_ID_HEX = 32
+"""Hex digits of a job id after ``job-``: 128 bits, so ids do not collide (ids of 12
+digits, from before, stay valid everywhere)."""
+
+
+def new_job_id() -> str:
+    """A fresh random job id (a submit without an Idempotency-Key)."""
+    return f"job-{secrets.token_hex(JOB_ID_HEX // 2)}"
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be an Idempotency-Key, or None."""
+    if len(key) > MAX_KEY_CHARS:
+        return f"is {len(key)} characters; at most {MAX_KEY_CHARS} are allowed"
+    return character_problem(key)
+
+
+def id_key(settings: Settings) -> bytes:
+    """The HMAC key of keyed job ids: ``api_id_key``, else the key file (created once)."""
+    if settings.api_id_key:
+        return settings.api_id_key.encode()
+    path = settings.api_id_key_file or settings.home / "api-id-key"
+    try:
+        return _read_key(path)
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return _read_key(path)  # another replica made it first
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_hex(32) + "\n")
+    return _read_key(path)
+
+
+def _read_key(path: Path) -> bytes:
+    key = path.read_text().strip().encode()
+    if not key:
+        raise ValueError(f"the id key file {path} is empty; write a random key in it")
+    return key
+
+
+def job_id_for(secret: bytes, tenant: str, key: str) -> str:
     """The job id of a keyed submit: the same tenant and key always name the same job."""
-    return "job-" + hashlib.sha256(f"{tenant}\0{key}".encode()).hexdigest()[:12]
+    digest = hmac.new(secret, f"{tenant}\0{key}".encode(), hashlib.sha256).hexdigest()
+    return "job-" + digest[:JOB_ID_HEX]
 
 
 def event_id_for(tenant: str, key: str) -> str:

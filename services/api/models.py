@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.events import ENVELOPE_FIELDS
+from schemas.spec import Line
 from schemas.views import JobStatus, JobView
 
 
@@ -33,15 +34,22 @@ class ListJobsQuery(ApiModel):
     limit: int = Field(50, ge=1, le=500, description="jobs per page")
     cursor: str | None = Field(
         None,
-        description="the `next_cursor` of the previous page (opaque); omit for the first page",
+        description="the `next_cursor` of the previous page (opaque); omit for the first page; "
+        "any other value is a 400",
     )
+
+
+class CancelRequest(ApiModel):
+    """The optional body of ``POST /v1/jobs/{job_id}/cancel``."""
+
+    reason: Line = Field("", max_length=500, description="why, in a few words (one line)")
 
 
 class LogsQuery(ApiModel):
     """The query of GET /v1/jobs/{job_id}/logs."""
 
     follow: bool = Field(False, description="stream live until the job ends")
-    attempt: int | None = Field(None, ge=1, description="only this attempt")
+    attempt: int | None = Field(None, ge=1, le=10_000, description="only this attempt")
     stream: Literal["stdout", "stderr", "system"] | None = None
     format: Literal["text", "ndjson"] = Field(
         "text", description="ndjson: one chunk per line (also `Accept: application/x-ndjson`)"
@@ -51,7 +59,10 @@ class LogsQuery(ApiModel):
         description="only chunks read at or after this time (ISO 8601; UTC when no zone is given)",
     )
     tail: int | None = Field(
-        None, ge=0, description="only the last N lines (with follow: then the new ones)"
+        None,
+        ge=0,
+        le=1_000_000,
+        description="only the last N lines (with follow: then the new ones)",
     )
 
 
@@ -79,25 +90,9 @@ class Problem(ApiModel):
     fix: str
 
 
-class Problems(ApiModel):
-    """A request the API refused: what is wrong, field by field, and how to fix it."""
-
-    error: str
-    problems: list[Problem]
-
-
-class ErrorBody(ApiModel):
-    """Any other refusal: a machine-readable ``error`` and a sentence saying what to do."""
-
-    model_config = ConfigDict(extra="allow")
-
-    error: str
-    detail: str
-    hint: str | None = None
-
-
 class ProblemDetail(BaseModel):
-    """RFC 9457 ``application/problem+json``, with gridledger's ``error`` code."""
+    """RFC 9457 ``application/problem+json``, with gridledger's ``error`` code: the body of
+    every 4xx and 5xx answer."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -107,6 +102,19 @@ class ProblemDetail(BaseModel):
     detail: str
     error: str
     retry_after_s: float | None = None
+
+
+class Problems(ProblemDetail):
+    """A request the API refused: what is wrong, field by field, and how to fix it."""
+
+    problems: list[Problem]
+
+
+class ErrorBody(ProblemDetail):
+    """Any other refusal: a machine-readable ``error`` and a sentence saying what to do."""
+
+    hint: str | None = None
+    field: str | None = Field(None, description="the field the refusal is about, if one")
 
 
 class Created(ApiModel):

@@ -1,15 +1,24 @@
-"""Turning a submitted body into a JobSpec, or into problems that name the field and the fix."""
+"""Turning a submitted body into a JobSpec, or into problems that name the field and the fix.
+
+A body is checked before it is parsed: at most :data:`MAX_DEPTH` levels of nesting
+and no number literal of more than :data:`MAX_NUMBER_DIGITS` digits (a parser would
+recurse or convert without bound), YAML with at most :data:`MAX_ALIASES` aliases (an
+alias bomb expands exponentially). The size of the body is bounded before it is
+read (``api_max_body_bytes``, a 413), the encoded spec after it validated
+(``api_max_spec_bytes``, a 422).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from schemas.spec import JobSpec
+from schemas.spec import LIMITS, JobSpec, character_problem, encoded_size
 
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
 
@@ -38,6 +47,104 @@ class BodyError(Exception):
         self.status = status
 
 
+MAX_DEPTH = 32
+"""Nesting a body may have: a spec is four levels deep."""
+MAX_NUMBER_DIGITS = 40
+"""Digits of one number literal: every number of a spec has far fewer."""
+MAX_ALIASES = 16
+"""YAML aliases (``*name``) one body may use."""
+MAX_PROBLEMS = 20
+"""Problems one answer lists; a hostile body can have a problem per item."""
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+_LONG_NUMBER = re.compile(rf"\d{{{MAX_NUMBER_DIGITS + 1},}}")
+_YAML_INT = "tag:yaml.org,2002:int"
+
+
+def _too_deep(depth: int) -> BodyError:
+    return BodyError(
+        Problem(
+            "(body)",
+            f"nested more than {MAX_DEPTH} levels deep (at least {depth})",
+            f"a job spec is a few levels deep; send at most {MAX_DEPTH}",
+        )
+    )
+
+
+def _too_long_number(where: str) -> BodyError:
+    return BodyError(
+        Problem(
+            "(body)",
+            f"a number in {where} has more than {MAX_NUMBER_DIGITS} digits",
+            "use a number the field's range allows (GET /openapi.json lists them)",
+        )
+    )
+
+
+def check_json_shape(text: str) -> None:
+    """Refuse JSON nested too deep or with a too long number, without parsing it."""
+    bare = _JSON_STRING.sub('""', text)  # what is left holds no string's content
+    depth = 0
+    for bracket in _BRACKET.finditer(bare):
+        depth += 1 if bracket.group() in "[{" else -1
+        if depth > MAX_DEPTH:
+            raise _too_deep(depth)
+    number = _LONG_NUMBER.search(bare)
+    if number is not None:
+        raise _too_long_number("the body")
+
+
+def check_yaml_shape(text: str) -> None:
+    """The same for YAML, from the parser's events (iterative: no recursion, no values)."""
+    resolver = yaml.resolver.Resolver()
+    depth = aliases = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _too_deep(depth)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        elif isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                raise BodyError(
+                    Problem(
+                        "(body)",
+                        f"uses more than {MAX_ALIASES} YAML aliases",
+                        "write the values out instead of repeating anchors",
+                    )
+                )
+        elif (
+            isinstance(event, yaml.ScalarEvent)
+            and not event.style  # plain (the C parser says "", the Python one None)
+            and len(event.value) > MAX_NUMBER_DIGITS
+            and resolver.resolve(yaml.ScalarNode, event.value, (True, False)) == _YAML_INT
+        ):
+            mark = event.start_mark
+            raise _too_long_number(f"line {mark.line + 1}" if mark else "the body")
+
+
+def line_problem(value: str, max_chars: int) -> str | None:
+    """Why ``value`` is not a one-line string of at most ``max_chars`` (a header, a
+    parameter), or None."""
+    if len(value) > max_chars:
+        return f"is {len(value)} characters; at most {max_chars} are allowed"
+    return character_problem(value)
+
+
+def printable(value: str) -> bool:
+    """Whether a message may quote ``value`` as it is."""
+    return len(value) <= LIMITS["job_id_chars"] and character_problem(value) is None
+
+
+def valid_job_id(job_id: str) -> bool:
+    """Whether ``job_id`` can name a job at all (the spec's bound of an id): any other
+    answers 404 without a query."""
+    return 0 < len(job_id) <= LIMITS["job_id_chars"] and character_problem(job_id) is None
+
+
 def parse_body(raw: bytes, content_type: str) -> Any:
     """JSON or YAML (by content type; JSON first, then YAML when the type says neither)."""
     try:
@@ -53,6 +160,7 @@ def parse_body(raw: bytes, content_type: str) -> Any:
     if content_type in YAML_TYPES:
         return _yaml(text)
     try:
+        check_json_shape(text)
         return json.loads(text)
     except json.JSONDecodeError as exc:
         if content_type == "application/json":
@@ -68,6 +176,7 @@ def parse_body(raw: bytes, content_type: str) -> Any:
 
 def _yaml(text: str) -> Any:
     try:
+        check_yaml_shape(text)
         return yaml.load(text, Loader=_Loader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -82,6 +191,8 @@ def field_path(loc: tuple[Any, ...]) -> str:
     """('outputs', 0, 'path') -> 'outputs[0].path'."""
     out = ""
     for part in loc:
+        if part == "[key]":
+            continue  # the problem is the map key itself, named by the part before
         if isinstance(part, int):
             out += f"[{part}]"
         else:
@@ -118,6 +229,7 @@ _TYPE_FIX = {
     "int_from_float": "use a whole number, e.g. 1",
     "float_type": "use a number, e.g. 2.5",
     "float_parsing": "use a number, e.g. 2.5",
+    "finite_number": "use a finite number (Infinity and NaN are not numbers a job can use)",
     "string_type": 'use a string in quotes, e.g. "value"',
     "bool_type": "use true or false",
     "bool_parsing": "use true or false",
@@ -172,11 +284,37 @@ def _problem_text(error: dict[str, Any]) -> str:
 
 
 def problems_of(exc: ValidationError) -> list[Problem]:
-    """One problem per error pydantic found, with the dotted field path."""
-    return [
+    """One problem per error pydantic found, with the dotted field path (the first
+    :data:`MAX_PROBLEMS`, and a count of the others)."""
+    errors = exc.errors(include_url=False)
+    out = [
         Problem(field_path(tuple(e["loc"])), _problem_text(e), _fix(e))  # type: ignore[arg-type]
-        for e in exc.errors(include_url=False)
+        for e in errors[:MAX_PROBLEMS]
     ]
+    if len(errors) > MAX_PROBLEMS:
+        out.append(
+            Problem(
+                "(body)",
+                f"{len(errors) - MAX_PROBLEMS} more problems not listed",
+                "fix the ones listed and submit again",
+            )
+        )
+    return out
+
+
+def check_encoded_size(spec: JobSpec, limit: int) -> None:
+    """Refuse a valid spec whose encoding is larger than ``limit`` bytes (a 422)."""
+    size = encoded_size(spec)
+    if size > limit:
+        raise BodyError(
+            Problem(
+                "(spec)",
+                f"the spec encodes to {size} bytes; a job's spec may take at most {limit}",
+                "put large inputs (data, long commands, many env values) in the image or "
+                "a file the job reads, not in the spec",
+            ),
+            status=422,
+        )
 
 
 def spec_from(data: Any) -> JobSpec:

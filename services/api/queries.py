@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 
 from schemas.events import Event
+from schemas.spec import LIMITS, character_problem
 from schemas.views import IN_FLIGHT_STATUSES, TERMINAL_STATUSES
 from services.sink.rows import event_from_payload
 
@@ -77,6 +78,9 @@ async def list_jobs(
     return [{k: _iso(v) for k, v in dict(r).items()} for r in rows], next_cursor
 
 
+MAX_CURSOR_CHARS = 512
+"""A cursor is a time and a job id: about 100 characters."""
+
 JobCursor = tuple[datetime | None, str]
 """The ``(submitted_at, job_id)`` of the last job of a page."""
 
@@ -90,15 +94,21 @@ def encode_cursor(cursor: JobCursor) -> str:
 
 def decode_cursor(token: str) -> JobCursor:
     """The page key of a token from :func:`encode_cursor`; ValueError when it is not one."""
+    if len(token) > MAX_CURSOR_CHARS:
+        raise ValueError(f"not a cursor this API issued (longer than {MAX_CURSOR_CHARS})")
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         at, job_id = json.loads(raw)
         shaped = isinstance(job_id, str) and (at is None or isinstance(at, str))
         moment = datetime.fromisoformat(at) if shaped and at else None
-    except (ValueError, TypeError, binascii.Error) as exc:
+    except (ValueError, TypeError, binascii.Error, RecursionError) as exc:
         raise ValueError(f"not a cursor this API issued ({exc})") from exc
     if not shaped:
         raise ValueError("not a cursor this API issued (wrong shape)")
+    if len(job_id) > LIMITS["job_id_chars"] or character_problem(job_id):
+        raise ValueError("not a cursor this API issued (not a job id)")
+    if moment is not None and moment.tzinfo is None:
+        raise ValueError("not a cursor this API issued (a time without its zone)")
     return (moment, job_id)
 
 

@@ -37,7 +37,7 @@ async def submit(api: Api, body: str = SPEC_YAML, token: str | None = None) -> s
     )
     assert response.status == 202, await response.text()
     created = await response.json()
-    assert created["job_id"].startswith("job-") and len(created["job_id"]) == 16
+    assert created["job_id"].startswith("job-") and len(created["job_id"]) == 36
     assert response.headers["Location"] == f"/v1/jobs/{created['job_id']}"
     return str(created["job_id"])
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -101,8 +103,6 @@ async def test_status_filters_page_too(api: Api) -> None:
 @pytest.mark.parametrize(
     ("query", "field", "fix"),
     [
-        ("cursor=nonsense", "cursor", "next_cursor"),
-        ("cursor=WyJ4Il0", "cursor", "next_cursor"),
         ("limit=0", "limit", "1 to 500"),
         ("limit=501", "limit", "1 to 500"),
         ("limit=many", "limit", "1 to 500"),
@@ -114,7 +114,37 @@ async def test_a_bad_query_is_a_422_naming_the_parameter(
 ) -> None:
     response = await api.client.get(f"/v1/jobs?{query}", headers=api.auth())
     assert response.status == 422
+    assert response.content_type == "application/problem+json"
     body = await response.json()
-    assert body["error"] == "invalid_query"
+    assert body["error"] == "invalid_query" and body["status"] == 422
     (problem,) = body["problems"]
     assert problem["field"] == field and fix in problem["fix"]
+
+
+def forged(value: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "nonsense",
+        "WyJ4Il0",  # ["x"]
+        "%00",
+        forged([None, "job-\u0000x"]),  # a NUL would reach Postgres
+        forged(["2026-01-01T00:00:00", "job-1"]),  # no zone
+        forged(["2026-13-45T00:00:00+00:00", "job-1"]),
+        forged([None, "j" * 5000]),
+        forged({"a": 1}),
+        forged([1, 2]),
+        forged([[[[[[]]]]], "x"]),
+        "x" * 2000,
+    ],
+)
+async def test_a_forged_or_garbage_cursor_is_a_400_naming_it(api: Api, cursor: str) -> None:
+    response = await api.client.get(f"/v1/jobs?cursor={cursor}", headers=api.auth())
+    assert response.status == 400, await response.text()
+    assert response.content_type == "application/problem+json"
+    body = await response.json()
+    assert body["error"] in ("invalid_cursor", "invalid_query")
+    assert body["problems"][0]["field"] == "cursor"

@@ -18,7 +18,7 @@ import pytest
 
 from infra.services import LOCAL_AGENT_ENV, ServiceSpec
 from schemas.events import AttemptScheduled, CancelRequested, Event, JobSubmitted
-from services.api.idempotency import job_id_for
+from services.api.idempotency import id_key, job_id_for
 from services.ledger import Ledger
 from tests.system.outage_stack import SPEC_OK, PrivateStack, Reply, write_inventory
 
@@ -99,10 +99,11 @@ def test_a_dead_broker_is_a_clean_503_and_a_restarted_one_takes_submissions(
     # The failed submission left nothing: its key is new to the API and to the ledger.
     again = post(stack, "during")
     assert again.status == 202, again.body
-    during = job_id_for("dev", "during")
+    secret = id_key(stack.settings)  # the key file the stack's API made in its home
+    during = job_id_for(secret, "dev", "during")
     assert again.body["job_id"] == during
     assert len(submissions(stack, during)) == 1
-    assert len(submissions(stack, job_id_for("dev", "after"))) == 1
+    assert len(submissions(stack, job_id_for(secret, "dev", "after"))) == 1
     assert not [e for e in history(stack, before) if isinstance(e, CancelRequested)]
 
     # The scheduler and the agent rode the outage out too: a new job is placed on the node.

@@ -48,7 +48,7 @@ const GL = (() => {
     for (const [k, v] of Object.entries(attrs)) {
       if (v === null || v === undefined || v === false) continue;
       if (k === "class") node.className = v;
-      else if (k === "style") node.setAttribute("style", v);
+      else if (k === "style") node.style.cssText = v; // CSSOM: allowed by the CSP
       else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
       else if (k === "dataset") Object.assign(node.dataset, v);
       else node.setAttribute(k, v === true ? "" : v);
@@ -616,3 +616,9 @@ const GL = (() => {
 
   return { jobs, job, fleet };
 })();
+
+// Each page names itself (<body data-page>): no inline script, so the CSP allows none.
+addEventListener("DOMContentLoaded", () => {
+  const page = document.body.dataset.page;
+  if (page && GL[page]) GL[page]();
+});
