@@ -66,7 +66,11 @@ class Operation:
     tags: tuple[str, ...] = ("jobs",)
 
 
-UNAUTHORIZED = Reply("missing or unknown bearer token", ErrorBody)
+UNAUTHORIZED = Reply(
+    "missing or unknown bearer token",
+    ProblemDetail,
+    model_media="application/problem+json",
+)
 NOT_FOUND = Reply("no such job for this tenant (another tenant's job looks the same)", ErrorBody)
 SERVICE_UNAVAILABLE = Reply(
     "application/problem+json with Retry-After: the read models (Postgres) are away",

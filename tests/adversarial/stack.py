@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from infra import tokens
+from services import secretstore
 from services.cli.client import ApiClient, base_url
 from services.settings import Settings
 from tests.objectstore import PrivateStore
@@ -108,11 +109,12 @@ class Hostile(System):
 
 
 def hostile_settings(base: Settings, work: Path, store: PrivateStore) -> Settings:
-    """Own home (tokens file inside it, the agents' folders beside it), own topics, schema,
-    API port, and the private object store."""
+    """Own home (tokens file and secrets key inside it, the agents' folders beside it), own
+    topics, schema, API port, and the private object store."""
     settings = system_settings(base, work, tokens_file=work / "tokens.json")
     settings = store.service_settings(settings)
     tokens.ensure_tokens(settings)
+    secretstore.ensure_key(settings)
     return settings
 
 
