@@ -20,6 +20,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from schemas.errors import StackError
 from services.settings import COMPACTED_TOPICS, NODE_KEYED_TOPICS, TOPIC_NAMES, Settings
+from services.transport import kafka_options
 
 TOPIC_ALREADY_EXISTS = 36
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -68,7 +69,9 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
 async def admin_client(settings: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
     """A started admin client for the settings' bootstrap servers, closed on exit."""
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=15000
+        bootstrap_servers=settings.kafka_bootstrap,
+        request_timeout_ms=15000,
+        **kafka_options(settings),
     )
     await admin.start()
     try:

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.backoff import Backoff
@@ -68,9 +68,30 @@ class Settings(BaseSettings):
         ge=1,
         description="replication factor of new topics; default min(3, kafka_brokers)",
     )
+    # ---- talking to the broker and Postgres securely (services/transport.py, README
+    # "Security model"); the defaults suit the dev stack on 127.0.0.1 only.
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    """How every Kafka client of every service connects: TLS (``SSL``), SASL, or both."""
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: SecretStr = SecretStr("")
+    kafka_ssl_cafile: Path | None = None
+    """CA bundle the broker's certificate must chain to; unset: the system's CAs."""
+    kafka_ssl_certfile: Path | None = None
+    """Client certificate (PEM) for brokers that require mutual TLS."""
+    kafka_ssl_keyfile: Path | None = None
+    """The client certificate's private key (PEM); unset: it is in the certificate file."""
+    kafka_ssl_check_hostname: bool = True
+    """Check that the broker's certificate names the host connected to."""
     pg_port: int = 55432
     pg_dsn: str = ""
     """Postgres DSN; empty means the local dev cluster on 127.0.0.1:``pg_port``."""
+    pg_password: SecretStr = SecretStr("")
+    """Postgres password, kept out of the DSN (which is logged, redacted or not)."""
+    pg_sslmode: Literal["", "disable", "prefer", "require", "verify-ca", "verify-full"] = ""
+    """TLS to Postgres as libpq names it; empty: what the DSN says (asyncpg: ``prefer``)."""
+    pg_sslrootcert: Path | None = None
+    """CA the server's certificate must chain to (``verify-ca``, ``verify-full``)."""
     api_host: str = "127.0.0.1"
     api_port: int = 8600
     tokens_file: Path | None = None
@@ -222,6 +243,32 @@ class Settings(BaseSettings):
     secrets_key_file: Path | None = None
     """File holding the secrets key; default ``<home>/secrets.key``, written (0600) by
     ``dev up``. The API needs it; a GPU host needs only its agent token."""
+
+    @model_validator(mode="after")
+    def _check_secure_links(self) -> Settings:
+        """Settings that would silently not do what they say are refused at start."""
+        protocol = self.kafka_security_protocol
+        if protocol.startswith("SASL") and not (
+            self.kafka_sasl_username and self.kafka_sasl_password.get_secret_value()
+        ):
+            raise ValueError(
+                f"GRIDLEDGER_KAFKA_SECURITY_PROTOCOL={protocol} needs "
+                "GRIDLEDGER_KAFKA_SASL_USERNAME and GRIDLEDGER_KAFKA_SASL_PASSWORD"
+            )
+        tls_files = [self.kafka_ssl_cafile, self.kafka_ssl_certfile, self.kafka_ssl_keyfile]
+        if any(tls_files) and not protocol.endswith("SSL"):
+            raise ValueError(
+                "GRIDLEDGER_KAFKA_SSL_* files are set but GRIDLEDGER_KAFKA_SECURITY_PROTOCOL is "
+                f"{protocol}: set it to SSL or SASL_SSL, or the files are not used"
+            )
+        if self.kafka_ssl_keyfile and not self.kafka_ssl_certfile:
+            raise ValueError("GRIDLEDGER_KAFKA_SSL_KEYFILE needs GRIDLEDGER_KAFKA_SSL_CERTFILE")
+        if self.pg_sslrootcert and self.pg_sslmode not in {"verify-ca", "verify-full"}:
+            raise ValueError(
+                "GRIDLEDGER_PG_SSLROOTCERT is only used with GRIDLEDGER_PG_SSLMODE=verify-ca "
+                "or verify-full"
+            )
+        return self
 
     def reconnect_backoff(self) -> Backoff:
         """The backoff every service uses to reconnect to the broker and Postgres."""

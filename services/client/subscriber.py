@@ -154,7 +154,11 @@ class Subscriber:
     def from_settings(
         cls, settings: Any, topics: Sequence[str] = ("job-events",), **kw: Any
     ) -> Subscriber:
-        """A subscriber on the installation ``settings`` describes (bootstrap and prefix)."""
+        """A subscriber on the installation ``settings`` describes (bootstrap, prefix, and
+        the TLS and SASL of ``services.transport``)."""
+        from services.transport import kafka_options
+
+        kw = {**kafka_options(settings), **kw}
         return cls(settings.kafka_bootstrap, topics, prefix=settings.topic_prefix, **kw)
 
     # ------------------------------------------------------------------ lifecycle

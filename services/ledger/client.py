@@ -46,6 +46,7 @@ from services.ledger.errors import (
 from services.ledger.port import Appended, Encoded, Keyed, LedgerRecord
 from services.ops import metrics
 from services.settings import Settings
+from services.transport import kafka_options
 
 log = logging.getLogger(__name__)
 
@@ -321,6 +322,7 @@ class Ledger(LedgerOperations):
             linger_ms=2,
             request_timeout_ms=int(self.request_timeout_s * 1000),
             max_request_size=self.settings.kafka_max_message_bytes,
+            **kafka_options(self.settings),
         )
         try:
             await producer.start()
@@ -513,7 +515,7 @@ class Ledger(LedgerOperations):
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
-            **kwargs,
+            **{**kafka_options(self.settings), **kwargs},
         )
 
     async def end_offsets(

@@ -6,6 +6,7 @@ See :mod:`services.ops.checks` for what a check is and how the ops server runs t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaClient
 
@@ -21,9 +22,16 @@ class KafkaCheck:
 
     name = "kafka"
 
-    def __init__(self, bootstrap: str, topics: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: Sequence[str] = (),
+        client_options: dict[str, Any] | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
         self.topics = tuple(topics)
+        self.client_options = client_options or {}
+        """TLS and SASL of the connection (services.transport.kafka_options)."""
         self._client: AIOKafkaClient | None = None
 
     async def probe(self) -> CheckResult:
@@ -33,6 +41,7 @@ class KafkaCheck:
                 bootstrap_servers=self.bootstrap,
                 client_id="gridledger-ops",
                 request_timeout_ms=int(DEFAULT_TIMEOUT_S * 1000),
+                **self.client_options,
             )
             try:
                 await client.bootstrap()  # fetches the metadata from a bootstrap broker

@@ -26,6 +26,7 @@ from services.ops.checks import (
 )
 from services.ops.server import OpsEndpoints
 from services.settings import Settings
+from services.transport import kafka_options
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 def kafka_check(settings: Settings, topics: Iterable[str]) -> KafkaCheck:
     """Broker metadata with the service's topics (full names or suffixes) present."""
     names = [t if t.startswith(settings.topic_prefix) else settings.topic(t) for t in topics]
-    return KafkaCheck(settings.kafka_bootstrap, names)
+    return KafkaCheck(settings.kafka_bootstrap, names, kafka_options(settings))
 
 
 def _lag(settings: Settings, consumer_of: Any, positions_of: Any = None) -> LagCheck:

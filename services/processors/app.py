@@ -57,8 +57,26 @@ from services.processors import watchdog
 from services.processors.step import Batch, Step
 from services.processors.store import JobStore
 from services.settings import Settings
+from services.transport import kafka_options
 
 log = logging.getLogger(__name__)
+
+
+def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | None:
+    """The faust app's broker credentials: the same TLS and SASL as every other Kafka
+    client (services.transport), in faust's terms; None for plaintext."""
+    options = kafka_options(settings)
+    protocol = options["security_protocol"]
+    if protocol.startswith("SASL"):
+        return faust.SASLCredentials(
+            username=options["sasl_plain_username"],
+            password=options["sasl_plain_password"],
+            ssl_context=options.get("ssl_context"),
+            mechanism=options["sasl_mechanism"],
+        )
+    context = options.get("ssl_context")
+    return faust.SSLCredentials(context) if context is not None else None
+
 
 PROCESSORS = ("dispatch", "state", "watchdog", "classifier", "accounting")
 """The processors one worker can run (``--only``); the producers of the events they derive
@@ -178,6 +196,7 @@ class Processors:
         app = faust.App(
             self.app_id,
             broker=f"kafka://{s.kafka_bootstrap}",
+            broker_credentials=faust_credentials(s),
             web_enabled=False,
             autodiscover=False,
             store="memory://",

@@ -12,6 +12,7 @@ import asyncpg
 from schemas.errors import GridledgerError
 from services.backoff import outage_of, retrying, route_client_logs
 from services.settings import Settings
+from services.transport import pg_options
 
 _T = TypeVar("_T")
 
@@ -139,6 +140,7 @@ async def create_pool(
                 min_size=min_size,
                 max_size=max_size,
                 server_settings={"search_path": schema, "timezone": "UTC"},
+                **pg_options(settings),
             )
         except (OSError, asyncpg.PostgresError) as exc:
             if postgres_unavailable(exc):
@@ -158,7 +160,7 @@ async def create_pool(
 
 async def drop_schema(settings: Settings, schema: str) -> None:
     """Drop a schema and everything in it (tests, replay scratch schemas)."""
-    conn = await asyncpg.connect(settings.dsn)
+    conn = await asyncpg.connect(settings.dsn, **pg_options(settings))
     try:
         await conn.execute(f"DROP SCHEMA IF EXISTS {check_schema(schema)} CASCADE")
     finally:
