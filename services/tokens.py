@@ -30,7 +30,7 @@ import hmac
 import json
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -60,12 +60,7 @@ class TokenEntry:
 
     def as_json(self) -> dict[str, str]:
         """The entry as the file stores it."""
-        return {
-            "id": self.id,
-            "tenant": self.tenant,
-            "sha256": self.sha256,
-            "created_at": self.created_at,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.services import settings_env
+from services import tokens
 from services.cli.client import ApiClient, ApiError
 from tests.adversarial.stack import VICTIM, Hostile, sh_job
 from tests.system.conftest import TERMINAL_EVENTS
@@ -48,6 +49,7 @@ def secrets_of(hostile: Hostile) -> dict[str, bytes]:
     settings = hostile.settings
     tokens_text = _read(settings.tokens_path)
     found["the tokens file"] = tokens_text
+    found["the dev clients' tokens file"] = _read(tokens.dev_tokens_path(settings.tokens_path))
     for tenant, client in hostile.tenants.items():
         found[f"{tenant}'s token"] = client.token.encode()
     passwd = _read(Path("/etc/passwd"))

@@ -26,7 +26,7 @@ def private_home(settings: Settings, tmp_path: Path) -> Path:
     """A home of its own (its own run/fleet.json), on the shared stack's addresses."""
     home = tmp_path / "home"
     home.mkdir()
-    for name in ("stack.env", "tokens.json"):
+    for name in ("stack.env", "tokens.json", "dev-tokens.json"):
         if (settings.home / name).exists():
             shutil.copy(settings.home / name, home / name)
     return home
