@@ -25,12 +25,14 @@ import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 from aiokafka.partitioner import murmur2
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from pydantic import BaseModel
 
 from schemas import codec
@@ -71,6 +73,38 @@ def poison_line(raw: Any, consumer: str, reason: str, error: Exception | str) ->
     why = f"{type(error).__name__}: {error}" if isinstance(error, Exception) else error
     where = f"{raw.topic}/{raw.partition}@{raw.offset}"
     return f"{consumer}: {reason} record {where} (job {key}): {why}"
+
+
+def encoded(items: Sequence[Keyed]) -> list[Encoded]:
+    """Values with their topic and key as the ledger appends them (the one codec)."""
+    return [
+        (
+            topic,
+            key.encode() if key else None,
+            None if value is None else codec.encode(value),
+            [] if value is None else codec.headers(value),
+        )
+        for topic, key, value in items
+    ]
+
+
+def record_bytes(item: Encoded) -> int:
+    """The size of one record as the producer counts it against ``max_request_size`` (and
+    the broker, in a batch of one, against ``max.message.bytes``)."""
+    _, key, value, headers = item
+    return DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
+
+
+@dataclass(frozen=True)
+class Unsent:
+    """A record a service meant to append and did not (over the topic's limit): what it
+    parks on the dead-letter topic instead, shaped like a consumed record."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    partition: int = -1
+    offset: int = -1
 
 
 def skipped(raw: Any, consumer: str, error: Exception | str) -> None:
@@ -167,17 +201,7 @@ class LedgerOperations:
     async def put_many(self, items: Sequence[Keyed]) -> list[Appended]:
         """Append values to the topic and under the key each names; None deletes the key
         (a tombstone on a compacted topic). Encodes, then :meth:`append_encoded`."""
-        return await self.append_encoded(
-            [
-                (
-                    topic,
-                    key.encode() if key else None,
-                    None if value is None else codec.encode(value),
-                    [] if value is None else codec.headers(value),
-                )
-                for topic, key, value in items
-            ]
-        )
+        return await self.append_encoded(encoded(items))
 
     async def append_until_acked(self, events: Sequence[Event]) -> list[Appended]:
         """:meth:`append_many`, retried with backoff while the broker is unavailable.

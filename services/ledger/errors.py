@@ -164,3 +164,12 @@ def append_failed(exc: BaseException, what: str) -> LedgerError:
         f"{what} was refused, and waiting will not help: {row.cause} ({detail}). Fix: {row.fix}",
         row,
     )
+
+
+def record_too_large(what: str, size: int, limit: int) -> LedgerError:
+    """The error :func:`append_failed` gives for a record of ``size`` bytes over ``limit``
+    (what the Kafka producer raises; the in-memory ledger raises the same)."""
+    return append_failed(
+        kafka.MessageSizeTooLargeError(f"the record is {size:,} bytes; the limit is {limit:,}"),
+        what,
+    )

@@ -34,9 +34,10 @@ from services.ledger.client import (
     LedgerOperations,
     heard_at,
     partition_for,
+    record_bytes,
     skipped,
 )
-from services.ledger.errors import BrokerUnavailableError
+from services.ledger.errors import BrokerUnavailableError, record_too_large
 from services.ledger.port import Appended, Encoded, LedgerRecord
 from services.settings import Settings
 
@@ -236,6 +237,10 @@ class FakeLedger(LedgerOperations):
             raise error
         # Check every topic first: like a rejected produce request, nothing is appended.
         counts = [await self.partitions(topic) for topic, *_ in items]
+        limit = self.settings.kafka_max_message_bytes
+        for item in items:
+            if record_bytes(item) > limit:  # the producer's max_request_size, as the real one
+                raise record_too_large(f"append to {item[0]}", record_bytes(item), limit)
         now_ms = int(datetime.now(UTC).timestamp() * 1000)
         appended = []
         for (topic, key, value, headers), count in zip(items, counts, strict=True):

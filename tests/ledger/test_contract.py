@@ -32,7 +32,9 @@ from schemas.events import (
 )
 from schemas.views import JobView
 from services.ledger import Ledger, LedgerPort, TopicPartition, partition_for
-from services.ledger.client import DLQ_CONSUMER, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
+from services.ledger.client import DLQ_CONSUMER, DLQ_REASON, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
+from services.ledger.errors import LedgerRefusedError
+from services.ops.metrics import REGISTRY
 from services.settings import Settings
 from tests.conftest import require_stack
 from tests.fakes.ledger import FakeLedger
@@ -176,6 +178,39 @@ async def test_an_undecodable_value_is_parked_once_by_its_owner_and_skipped_by_r
     assert headers[DLQ_SOURCE_TOPIC].decode() == topic
     assert int(headers[DLQ_SOURCE_OFFSET]) == bad.offset
     assert headers[DLQ_CONSUMER] == b"contract-owner"
+    assert headers[DLQ_REASON] == b"undecodable"
+    labels = {"consumer": "contract-owner", "reason": "undecodable"}
+    assert REGISTRY.get_sample_value("gridledger_dead_letters_total", labels)
+
+
+async def test_follow_skips_a_poison_record_counts_it_and_goes_on(ledger):
+    """The API's log follow is a reader: it skips what does not decode (the sink parks it)."""
+    seen: list[int] = []
+    labels = {"consumer": "contract-follower"}
+    before = REGISTRY.get_sample_value("gridledger_records_skipped_total", labels) or 0
+
+    async def follow() -> None:
+        async for record in ledger.follow(
+            "job-events", key="job-p", consumer_name=labels["consumer"]
+        ):
+            seen.append(record.event.attempt)
+            if len(seen) == 2:
+                return
+
+    task = asyncio.create_task(follow())
+    await ledger.append(JobSucceeded(job_id="job-p", attempt=1, occurred_at=T0))
+    await ledger.send_raw(ledger.settings.topic("job-events"), b"job-p", b"\xc3\x01 bad", [])
+    await ledger.append(JobSucceeded(job_id="job-p", attempt=2, occurred_at=T0))
+    await asyncio.wait_for(task, 30)
+    assert seen == [1, 2]
+    assert REGISTRY.get_sample_value("gridledger_records_skipped_total", labels) == before + 1
+    assert await raw_values(ledger, ledger.settings.topic("dead-letter")) == []
+
+
+async def test_a_record_over_the_limit_is_refused_and_never_retried(ledger):
+    limit = ledger.settings.kafka_max_message_bytes
+    with pytest.raises(LedgerRefusedError, match="larger than"):
+        await ledger.send_raw(ledger.settings.topic("job-events"), b"job-big", b"x" * limit, [])
 
 
 async def test_broker_timed_topics_say_when_the_ledger_heard_a_value(ledger):
