@@ -27,6 +27,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -37,7 +38,7 @@ from pydantic import BaseModel
 
 from schemas import codec
 from schemas.errors import EventDecodeError, LedgerError
-from schemas.events import Event
+from schemas.events import Event, RecordRefused
 from services.backoff import Outage, outage_of, retrying, route_client_logs
 from services.ledger.errors import (
     BrokerUnavailableError,
@@ -256,6 +257,49 @@ class LedgerOperations:
         log.warning("dead-lettering %s", poison_line(raw, consumer, reason, error))
         metrics.DEAD_LETTERS.labels(consumer=consumer, reason=reason).inc()
         return await self.send_raw(self.settings.topic("dead-letter"), raw.key, value, hdrs)
+
+    async def within_limit(
+        self, items: Sequence[Keyed], consumer: str
+    ) -> tuple[list[Encoded], list[tuple[Keyed, int]]]:
+        """``items`` encoded, each checked against ``kafka_max_message_bytes`` before it is
+        sent: one over it would make the broker refuse the batch on every retry, so it is
+        parked as ``unpublishable`` (:meth:`dead_letter`; headers only) and returned with
+        its size for the caller to record what it means for the job (a RecordRefused).
+        Returns (the records to send, the parked items and their sizes)."""
+        limit = self.settings.kafka_max_message_bytes
+        kept: list[Encoded] = []
+        parked: list[tuple[Keyed, int]] = []
+        for item, record in zip(items, encoded(items), strict=True):
+            size = record_bytes(record)
+            if size <= limit:
+                kept.append(record)
+                continue
+            topic, _, value = item
+            why = f"{type(value).__name__} of {size:,} bytes is over {topic}'s limit of {limit:,}"
+            unsent = Unsent(topic, record[1], record[2])
+            await retrying(
+                partial(self.dead_letter, unsent, why, consumer, "unpublishable"),
+                outage=self.outage,
+                transient=broker_unavailable,
+                backoff=self.settings.reconnect_backoff(),
+            )
+            parked.append((item, size))
+        return kept, parked
+
+    def record_refused(self, cause: Event, by: str, item: Keyed, size: int) -> RecordRefused:
+        """The RecordRefused fact of ``item`` (parked by :meth:`within_limit`), derived by
+        ``by`` from ``cause``: the same every time the same record is refused."""
+        suffix = item[0].removeprefix(self.settings.topic_prefix)
+        kind = type(item[2]).__name__
+        return RecordRefused.derived(
+            cause,
+            by,
+            f"refused:{suffix}:{kind}",
+            record_topic=suffix,
+            record_type=kind,
+            size_bytes=size,
+            limit_bytes=self.settings.kafka_max_message_bytes,
+        )
 
     async def applied(self, raw: Any, consumer: str, apply: Callable[[], Any]) -> bool:
         """Apply a decoded record with ``apply()`` (awaited when it returns an awaitable);

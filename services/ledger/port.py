@@ -268,6 +268,17 @@ class LedgerPort(Protocol):
         its origin and ``reason``; counted and logged once (the one poison-record path)."""
         ...
 
+    async def within_limit(
+        self, items: Sequence[Keyed], consumer: str
+    ) -> tuple[list[Encoded], list[tuple[Keyed, int]]]:
+        """``items`` encoded; each over ``kafka_max_message_bytes`` parked as
+        ``unpublishable`` and returned with its size instead."""
+        ...
+
+    def record_refused(self, cause: Event, by: str, item: Keyed, size: int) -> Event:
+        """The RecordRefused fact of a parked ``item``, derived by ``by`` from ``cause``."""
+        ...
+
     async def applied(self, raw: Any, consumer: str, apply: Callable[[], Any]) -> bool:
         """Apply a record; when that raises (not an outage), park it as ``unapplicable``
         and return False: the consumer goes on."""

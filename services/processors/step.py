@@ -35,19 +35,12 @@ from schemas.events import (
     CancelRequested,
     Event,
     MeterTick,
-    RecordRefused,
 )
 from schemas.views import TERMINAL_STATUSES, JobView
 from services.backoff import retrying
 from services.clock import utcnow
 from services.ledger import LedgerPort
-from services.ledger.client import (
-    Unsent,
-    broker_unavailable,
-    encoded,
-    heard_at,
-    record_bytes,
-)
+from services.ledger.client import broker_unavailable, encoded, heard_at
 from services.ledger.port import Encoded
 from services.ops import metrics
 from services.ops.logs import attach_context, event_context
@@ -226,52 +219,20 @@ class Step:
             )
 
     async def within_limit(self, sends: list[tuple[str, str, BaseModel]]) -> list[Encoded]:
-        """The sends encoded, each checked against the topic's limit before publishing.
-
-        One over it is never sent (the broker would refuse the whole batch on every
-        retry): it is parked as ``unpublishable`` (headers only: what, how large) and,
-        for a job that has not ended, a RecordRefused fact takes its place, on which
-        the retry decider ends the job ``record_refused``. Everything else goes on.
-        """
-        limit = self.settings.kafka_max_message_bytes
-        items = encoded(sends)
-        kept: list[Encoded] = []
-        for (topic, key, value), item in zip(sends, items, strict=True):
-            size = record_bytes(item)
-            if size <= limit:
-                kept.append(item)
-                continue
-            why = f"{type(value).__name__} of {size:,} bytes is over {topic}'s limit of {limit:,}"
-            unsent = Unsent(topic, item[1], item[2])
-            await self.retrying(
-                partial(self.ledger.dead_letter, unsent, why, self.consumer_name, "unpublishable")
-            )
-            fact = self._refused(getattr(value, "job_id", key), topic, value, size)
-            if fact is not None:
+        """The sends encoded, none over the topic's limit (:meth:`LedgerOperations.within_limit`
+        parks such a one); for a job that has not ended, a RecordRefused takes its place,
+        on which the retry decider ends the job ``record_refused``."""
+        kept, parked = await self.ledger.within_limit(sends, self.consumer_name)
+        for item, size in parked:
+            job_id = getattr(item[2], "job_id", item[1])
+            job = self.store.log(job_id)
+            if not job.events or self.latest_view(job_id).status in TERMINAL_STATUSES:
+                continue  # nothing left to decide (or a job not known here)
+            fact = self.ledger.record_refused(job.events[-1], "processors", item, size)
+            if not job.has(fact.event_id):
+                self.store.add(job_id, LOCAL, fact)
                 kept += encoded([(self.ledger.topic_of(fact), fact.key, fact)])
         return kept
-
-    def _refused(self, job_id: str, topic: str, value: BaseModel, size: int) -> Event | None:
-        """The RecordRefused fact of a record of ``job_id`` that was not published; None when
-        the job has ended already (nothing left to decide) or is not known here."""
-        job = self.store.log(job_id)
-        if not job.events or self.latest_view(job_id).status in TERMINAL_STATUSES:
-            return None
-        suffix = topic.removeprefix(self.settings.topic_prefix)
-        kind = type(value).__name__
-        fact = RecordRefused.derived(
-            job.events[-1],
-            "processors",
-            f"refused:{suffix}:{kind}",
-            record_topic=suffix,
-            record_type=kind,
-            size_bytes=size,
-            limit_bytes=self.settings.kafka_max_message_bytes,
-        )
-        if job.has(fact.event_id):
-            return None
-        self.store.add(job_id, LOCAL, fact)
-        return fact
 
     def _forget(self, job_id: str) -> None:
         """The store dropped the job's history: drop the view and accounting derived from it."""

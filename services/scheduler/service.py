@@ -32,7 +32,7 @@ from schemas.events import Event, JobRejected, NoCapacity
 from services.backoff import retrying
 from services.clock import utcnow
 from services.ledger import Ledger, LedgerPort, TopicPartition
-from services.ledger.client import broker_unavailable, heard_at
+from services.ledger.client import broker_unavailable, encoded, heard_at
 from services.ops import metrics
 from services.ops.logs import event_context
 from services.scheduler.core import FOLDED_TYPE_NAMES, SchedulerConfig, SchedulerState
@@ -237,6 +237,27 @@ class Scheduler:
             self._outbox.append((events, newest_s))
             self._outbox_ready.set()
 
+    async def _append(self, events: list[Event]) -> None:
+        """Append decisions until acknowledged; one over the topic's limit (a placement
+        carrying a huge spec) is parked and a RecordRefused takes its place, on which the
+        retry decider ends the job ``record_refused`` (and the state frees its GPUs)."""
+        ledger = self.ledger
+        kept, parked = await ledger.within_limit(
+            [(ledger.topic_of(e), e.key, e) for e in events], "scheduler"
+        )
+        facts = [
+            ledger.record_refused(decision, "scheduler", item, size)
+            for item, size in parked
+            if isinstance(decision := item[2], Event)
+        ]
+        kept += encoded([(ledger.topic_of(f), f.key, f) for f in facts])
+        await retrying(
+            partial(ledger.append_encoded, kept),
+            outage=ledger.outage,
+            transient=broker_unavailable,
+            backoff=self.settings.reconnect_backoff(),
+        )
+
     async def _append_decided(self) -> None:
         """Append what was decided, in decision order, one acknowledged batch at a time.
 
@@ -251,7 +272,7 @@ class Scheduler:
             if not rounds:
                 continue
             events = [e for round_events, _ in rounds for e in round_events]
-            await self.ledger.append_until_acked(events)
+            await self._append(events)
             _log_decisions(events)  # once they are on the ledger
             self.placements += sum(1 for e in events if e.type == "AttemptScheduled")
             acked_s = time.time()

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from schemas.events import AttemptScheduled, Event, JobQueued
-from services.ledger.client import DLQ_CONSUMER, DLQ_ERROR, DLQ_REASON
+from projections.decisions import react_all
+from schemas.events import AttemptScheduled, Event, JobQueued, RecordRefused
+from services.ledger.client import DLQ_CONSUMER, DLQ_ERROR, DLQ_REASON, encoded, record_bytes
 from services.scheduler import build_scheduler
 from services.settings import Settings
 from tests.fakes.ledger import FakeLedger
@@ -95,3 +96,44 @@ async def test_a_record_the_scheduler_cannot_apply_is_parked_and_the_next_job_is
     assert headers[DLQ_CONSUMER] == b"scheduler"
     assert parked.key == poison.job_id.encode()
     assert b"a state bug" in headers[DLQ_ERROR]
+
+
+async def test_a_placement_over_the_record_limit_is_parked_and_the_job_ends_record_refused(
+    settings: Settings,
+) -> None:
+    """A placement carries the spec: one the topic cannot take (a record written before the
+    API bounded specs) is parked, and the job ends record_refused instead of the scheduler
+    failing the same append on every restart."""
+    job = submitted("job-huge", env={"DATA": "d" * 70_000})
+    submitted_bytes = record_bytes(encoded([("t", job.key, job)])[0])
+    base = fast(settings.model_copy(update={"topic_prefix": "fake."}))
+    # The submission fits; its placement (the same spec, plus where it runs) does not.
+    ledger = await FakeLedger(
+        base.model_copy(update={"kafka_max_message_bytes": submitted_bytes + 64})
+    ).start()
+    node = await ScriptedNode(ledger, "node-a", gpus=1).start(heartbeats=False)
+    await node.node_heartbeat()
+    await ledger.append(job)
+    scheduler = build_scheduler(ledger.settings, ledger=ledger)
+    await scheduler.start()
+    try:
+        await scheduler.wait_ready()
+        history = await wait_history(
+            ledger,
+            job.job_id,
+            lambda h: any(isinstance(e, RecordRefused) for e in h),
+            what="the refusal",
+        )
+    finally:
+        await scheduler.stop()
+        await node.stop()
+    (refused,) = [e for e in history if isinstance(e, RecordRefused)]
+    assert (refused.record_topic, refused.record_type) == ("job-events", "AttemptScheduled")
+    assert placements(history) == []
+    (parked,) = [r async for r in ledger.read_raw(ledger.settings.topic("dead-letter"))]
+    assert dict(parked.headers)[DLQ_REASON] == b"unpublishable" and parked.value is None
+    # The retry decider ends the job on it (the processors are not running here).
+    final = react_all(history)
+    assert [(e.type, getattr(e, "failure_class", "")) for e in final][:1] == [
+        ("JobFailed", "record_refused")
+    ]
