@@ -20,6 +20,7 @@ import asyncpg
 from aiohttp import web
 from pydantic import ValidationError
 
+from projections.fit import NodeCapacity, check_fit
 from schemas.events import CancelRequested, JobSubmitted, new_event_id
 from schemas.spec import JobSpec
 from schemas.views import JOB_STATUSES, TERMINAL_STATUSES, AccountingRecord
@@ -123,15 +124,6 @@ async def submit_job(request: web.Request) -> web.Response:
     Accepted, not created: the job is on the ledger, and the read models follow. A submit
     repeated with its Idempotency-Key answers 200 with the job it made the first time.
     """
-    settings = request.app[SETTINGS]
-    limit = settings.api_max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        return _too_large(request.content_length, limit)
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        return _too_large(None, limit)
-    content_type = request.content_type
     tenant = _tenant(request)
     key = request.headers.get("Idempotency-Key", "").strip()
     submitter = request.headers.get("X-Gridledger-Submitter", tenant)
@@ -149,13 +141,9 @@ async def submit_job(request: web.Request) -> web.Response:
     ]
     if header_problems:
         return problem_response(400, header_problems, "invalid_header")
-    try:
-        spec = problems.spec_from(problems.parse_body(raw, content_type))
-        problems.check_encoded_size(spec, settings.api_max_spec_bytes)
-    except problems.BodyError as exc:
-        return problem_response(exc.status, exc.problems, "invalid_body")
-    except ValidationError as exc:
-        return problem_response(422, problems.problems_of(exc), "invalid_spec")
+    spec = await _spec_of(request)
+    if isinstance(spec, web.Response):
+        return spec
     if spec.resume_from is not None:
         await _own_resume_source(request, tenant, spec.resume_from)
 
@@ -225,6 +213,56 @@ async def _own_resume_source(request: web.Request, tenant: str, job_id: str) -> 
         )
 
 
+async def _spec_of(request: web.Request) -> JobSpec | web.Response:
+    """The request's spec, or the problem answer (413, 400, 422) that refuses it."""
+    limit = request.app[SETTINGS].api_max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        return _too_large(request.content_length, limit)
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _too_large(None, limit)
+    try:
+        return problems.read_spec(
+            raw, request.content_type, limit, request.app[SETTINGS].api_max_spec_bytes
+        )
+    except problems.SpecRefusedError as exc:
+        return problem_response(exc.status, exc.problems, exc.error)
+
+
+async def dry_run_job(request: web.Request) -> web.Response:
+    """POST /v1/jobs/dry-run: what a submit of this spec would meet, with nothing recorded.
+
+    The spec's problems answer as for a submit (413, 400, 422); a valid spec gets 200
+    with the scheduler's pre-flight fit (``projections.fit.check_fit``) against the
+    fleet it would see now (every registered, not drained node of the read model):
+    ``would`` is ``queue`` (it fits, or no node has registered yet) or ``reject``
+    (``does_not_fit``, with the numbers). Placement and the queue are not simulated.
+    """
+    spec = await _spec_of(request)
+    if isinstance(spec, web.Response):
+        return spec
+    fleet = [
+        NodeCapacity(
+            node_id=n["node_id"],
+            provider=n.get("provider") or "",
+            region=n.get("region") or "",
+            gpus=n.get("gpus") or [],
+        )
+        for n in await queries.nodes(request.app[POOL])
+        if n.get("registered_at") and n.get("status") != "drained"
+    ]
+    report = check_fit(spec, fleet)
+    body = {
+        "recorded": False,
+        "would": "queue" if report.fits else "reject",
+        "nodes_checked": len(fleet),
+        "fit": report.model_dump(mode="json"),
+        "spec": spec.model_dump(mode="json"),
+    }
+    return web.json_response(body)
+
+
 async def _record(request: web.Request, event: JobSubmitted) -> None:
     """Append the submission; it is recorded once the broker acknowledged it."""
     with log_context(job_id=event.job_id, attempt=0, event_id=event.event_id):
@@ -258,19 +296,8 @@ async def _status_if_known(pool: asyncpg.Pool, job_id: str) -> str | None:
 
 
 def _too_large(size: int | None, limit: int) -> web.Response:
-    got = f"{size} bytes" if size is not None else "larger than the limit"
-    return problem_response(
-        413,
-        [
-            problems.Problem(
-                "(body)",
-                f"the request body is {got}; the API accepts at most {limit} bytes",
-                "put large inputs (data, long commands) in the image or a mounted file, "
-                "not in the spec",
-            )
-        ],
-        "body_too_large",
-    )
+    refused = problems.too_large(size, limit)
+    return problem_response(refused.status, refused.problems, refused.error)
 
 
 async def _wait_recorded(pool: asyncpg.Pool, job_id: str, timeout: float) -> bool:
@@ -619,6 +646,26 @@ OPERATIONS: tuple[Operation, ...] = (
                 "creating another",
             ),
         ),
+    ),
+    Operation(
+        "POST",
+        "/v1/jobs/dry-run",
+        dry_run_job,
+        "dryRunJob",
+        "Check a spec as a submit would, against the live fleet; nothing is recorded",
+        {
+            200: Reply(
+                "valid: whether the scheduler's pre-flight would queue or reject it, with the "
+                "numbers",
+                m.DryRun,
+            ),
+            503: UNAVAILABLE,
+            400: Reply("the body is not JSON or YAML", m.Problems),
+            413: Reply("the body is larger than the limit", m.Problems),
+            422: Reply("the spec is invalid: each field, the problem and the fix", m.Problems),
+        },
+        body=JobSpec,
+        body_media=("application/json", "application/yaml"),
     ),
     Operation(
         "GET",

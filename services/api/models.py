@@ -14,7 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.events import ENVELOPE_FIELDS
-from schemas.spec import Line
+from schemas.spec import JobSpec, Line
+from schemas.types import FitReport
 from schemas.views import JobStatus, JobView
 
 
@@ -125,6 +126,19 @@ class Created(ApiModel):
     event_id: str | None = Field(None, description="the JobSubmitted event (absent on a replay)")
     recorded: bool
     links: Links
+
+
+class DryRun(ApiModel):
+    """A spec checked as a submit would check it, against the fleet now; nothing recorded."""
+
+    recorded: Literal[False]
+    would: Literal["queue", "reject"] = Field(
+        description="queue: it fits some node (or no node has registered yet); reject: "
+        "does_not_fit, see fit.explanation"
+    )
+    nodes_checked: int = Field(description="registered, not drained nodes the fit was checked on")
+    fit: FitReport
+    spec: JobSpec = Field(description="the spec as it would be recorded, defaults filled in")
 
 
 class JobSummary(ApiModel):

@@ -329,3 +329,43 @@ def spec_from(data: Any) -> JobSpec:
             status=422,
         )
     return JobSpec.model_validate(data)
+
+
+class SpecRefusedError(Exception):
+    """A body that is no valid spec: the status, the API's ``error`` and every problem."""
+
+    def __init__(self, status: int, error: str, problems: list[Problem]) -> None:
+        super().__init__("; ".join(f"{p.field}: {p.problem}" for p in problems))
+        self.status = status
+        self.error = error
+        self.problems = problems
+
+
+def too_large(size: int | None, limit: int) -> SpecRefusedError:
+    """The refusal of a body over the API's limit (413)."""
+    got = f"{size} bytes" if size is not None else "larger than the limit"
+    problem = Problem(
+        "(body)",
+        f"the request body is {got}; the API accepts at most {limit} bytes",
+        "put large inputs (data, long commands) in the image or a mounted file, not in the spec",
+    )
+    return SpecRefusedError(413, "body_too_large", [problem])
+
+
+def read_spec(
+    raw: bytes, content_type: str, limit: int | None = None, max_spec_bytes: int | None = None
+) -> JobSpec:
+    """The spec of a body, or :class:`SpecRefusedError`: the one reading of a spec, for the
+    API's submit and dry run and for ``gridledger validate`` (offline, same messages).
+    ``limit``: the most bytes a body may have; ``max_spec_bytes``: its encoded spec."""
+    if limit is not None and len(raw) > limit:
+        raise too_large(len(raw), limit)
+    try:
+        spec = spec_from(parse_body(raw, content_type))
+        if max_spec_bytes is not None:
+            check_encoded_size(spec, max_spec_bytes)
+        return spec
+    except BodyError as exc:
+        raise SpecRefusedError(exc.status, "invalid_body", exc.problems) from exc
+    except ValidationError as exc:
+        raise SpecRefusedError(422, "invalid_spec", problems_of(exc)) from exc

@@ -27,12 +27,24 @@ from services.cli.options import (
 # --------------------------------------------------------------------------- submit
 
 
-def _content_type(path: str, body: bytes) -> str:
+def content_type(path: str, body: bytes) -> str:
+    """The media type to send a spec file as: by its suffix, else JSON if it looks so."""
     if path.endswith((".yaml", ".yml")):
         return "application/yaml"
     if path.endswith(".json") or body.lstrip().startswith(b"{"):
         return "application/json"
     return "application/yaml"
+
+
+def refused(out: Output, file: str, body: dict[str, Any]) -> int:
+    """Print a refused spec's problems (the API's, or ``validate``'s own: the same)."""
+    if out.machine:
+        click.echo(out.dump(body))
+    else:
+        click.echo(f"{file}: the spec was not accepted:", err=True)
+        for p in body.get("problems", []):
+            click.echo(f"  {p['field']}: {p['problem']}\n    fix: {p['fix']}", err=True)
+    return Exit.INVALID_SPEC
 
 
 @click.command("submit")
@@ -41,32 +53,44 @@ def _content_type(path: str, body: bytes) -> str:
     "--wait", "wait_end", is_flag=True, help="Wait until the job ends; exit 0 if it succeeded."
 )
 @click.option("--idempotency-key", help="Submitting again with the same key returns the same job.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Check the spec and its fit against the live fleet; nothing is recorded. "
+    "Exit 0 if it would queue, 1 if it would be rejected, 3 if the spec is invalid.",
+)
 @api_options
 @output_options
 def submit(
-    conn: Connection, out: Output, file: str, wait_end: bool, idempotency_key: str | None
+    conn: Connection,
+    out: Output,
+    file: str,
+    wait_end: bool,
+    idempotency_key: str | None,
+    dry_run: bool,
 ) -> int:
     """Submit a job spec (YAML or JSON; - reads stdin).
 
     Prints the job id. An impossible job is rejected here, with the numbers.
+    `gridledger validate FILE` checks a spec offline.
     """
     with click.open_file(file, "rb") as stream:
         body = stream.read()
     api = conn.client
     try:
-        created = api.post(
-            "/v1/jobs", body, _content_type(file, body), idempotency_key=idempotency_key
-        )
+        if dry_run:
+            checked = api.post("/v1/jobs/dry-run", body, content_type(file, body))
+        else:
+            created = api.post(
+                "/v1/jobs", body, content_type(file, body), idempotency_key=idempotency_key
+            )
     except ApiError as exc:
         if exc.status in (400, 413, 422) and isinstance(exc.body, dict):
-            if out.machine:
-                click.echo(out.dump(exc.body))
-            else:
-                click.echo(f"{file}: the spec was not accepted:", err=True)
-                for p in exc.body.get("problems", []):
-                    click.echo(f"  {p['field']}: {p['problem']}\n    fix: {p['fix']}", err=True)
-            return Exit.INVALID_SPEC
+            return refused(out, file, exc.body)
         raise
+    if dry_run:
+        out.emit(checked, _dry_run_text)
+        return Exit.OK if checked["would"] == "queue" else Exit.JOB_FAILED
     job_id = created["job_id"]
     if not wait_end:
         # The pre-flight fit runs within milliseconds of the submit: wait for it briefly so
@@ -85,6 +109,15 @@ def submit(
     job = wait(api, job_id, quiet=out.machine)
     out.emit(job, explain)
     return Exit.OK if job.get("status") == "succeeded" else Exit.JOB_FAILED
+
+
+def _dry_run_text(checked: dict[str, Any]) -> str:
+    fit = checked["fit"]
+    if checked["would"] == "queue":
+        head = "valid; it would queue (nothing was recorded)"
+    else:
+        head = "valid, but it would be rejected: does_not_fit (nothing was recorded)"
+    return f"{head}\n  {fit['explanation']}"
 
 
 def _past_preflight(api: ApiClient, job_id: str, timeout_s: float = 5.0) -> dict[str, Any] | None:

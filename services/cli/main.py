@@ -23,6 +23,7 @@ from services.ops.logs import log_fatal
 COMMANDS: dict[str, tuple[str, str | None]] = {
     # name: (the module that defines it, the line `gridledger --help` shows; None: not listed)
     "submit": ("services.cli.jobs", "submit a job spec (YAML or JSON)"),
+    "validate": ("services.cli.validate", "check a job spec offline, with the API's messages"),
     "status": ("services.cli.jobs", "a job's status, or your jobs (filters, --watch)"),
     "explain": ("services.cli.jobs", "what happened, why, whose side, what to do next"),
     "history": ("services.cli.jobs", "a job's events with the time between them"),
