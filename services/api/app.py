@@ -92,13 +92,8 @@ def _json_text(data: Any) -> str:
 def problem_response(status: int, items: list[problems.Problem], error: str) -> web.Response:
     """A 4xx problem document listing each problem with its field and fix: every validation
     error's shape."""
-    return errors.problem(
-        status,
-        error,
-        errors.title(status),
-        "; ".join(f"{p.field}: {p.problem}" for p in items),
-        problems=[p.to_json() for p in items],
-    )
+    body = problems.refusal(status, error, items)
+    return web.json_response(body, status=status, content_type=errors.PROBLEM_JSON)
 
 
 def _tenant(request: web.Request) -> str:

@@ -29,12 +29,12 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any
 
 import asyncpg
 from aiohttp import web
 
+from services.api.problems import problem_document, title
 from services.backoff import outage_of, retrying
 from services.ledger.client import broker_unavailable
 from services.settings import Settings
@@ -56,23 +56,8 @@ def problem(
     **extra: Any,
 ) -> web.Response:
     """An RFC 9457 problem document with gridledger's ``error`` code."""
-    body = {
-        "type": f"/problems/{error}",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "error": error,
-        **extra,
-    }
+    body = problem_document(status, error, title, detail, **extra)
     return web.json_response(body, status=status, headers=headers, content_type=PROBLEM_JSON)
-
-
-def title(status: int) -> str:
-    """The title of a problem of ``status``: the status's phrase (e.g. "Not Found")."""
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Error"
 
 
 def not_found(detail: str, **extra: Any) -> web.HTTPNotFound:

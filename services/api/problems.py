@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
+from http import HTTPStatus
 from typing import Any
 
 import yaml
@@ -331,6 +332,40 @@ def spec_from(data: Any) -> JobSpec:
     return JobSpec.model_validate(data)
 
 
+def title(status: int) -> str:
+    """The title of a problem of ``status``: the status's phrase (e.g. "Not Found")."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def problem_document(
+    status: int, error: str, title: str, detail: str, **extra: Any
+) -> dict[str, Any]:
+    """An RFC 9457 problem document with gridledger's ``error`` code: every refusal's body."""
+    return {
+        "type": f"/problems/{error}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "error": error,
+        **extra,
+    }
+
+
+def refusal(status: int, error: str, items: list[Problem]) -> dict[str, Any]:
+    """The problem document listing each problem with its field and fix: every validation
+    error's shape (the API's, and ``gridledger validate``'s offline)."""
+    return problem_document(
+        status,
+        error,
+        title(status),
+        "; ".join(f"{p.field}: {p.problem}" for p in items),
+        problems=[p.to_json() for p in items],
+    )
+
+
 class SpecRefusedError(Exception):
     """A body that is no valid spec: the status, the API's ``error`` and every problem."""
 
@@ -339,6 +374,10 @@ class SpecRefusedError(Exception):
         self.status = status
         self.error = error
         self.problems = problems
+
+    def document(self) -> dict[str, Any]:
+        """The problem document the API answers with."""
+        return refusal(self.status, self.error, self.problems)
 
 
 def too_large(size: int | None, limit: int) -> SpecRefusedError:
@@ -364,8 +403,8 @@ def read_spec(
         spec = spec_from(parse_body(raw, content_type))
         if max_spec_bytes is not None:
             check_encoded_size(spec, max_spec_bytes)
-        return spec
     except BodyError as exc:
         raise SpecRefusedError(exc.status, "invalid_body", exc.problems) from exc
     except ValidationError as exc:
         raise SpecRefusedError(422, "invalid_spec", problems_of(exc)) from exc
+    return spec

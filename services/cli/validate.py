@@ -33,9 +33,7 @@ def validate(out: Output, file: str) -> int:
             body, content_type(file, body), settings.api_max_body_bytes, settings.api_max_spec_bytes
         )
     except problems.SpecRefusedError as exc:
-        return refused(
-            out, file, {"error": exc.error, "problems": [p.to_json() for p in exc.problems]}
-        )
+        return refused(out, file, exc.document())
     need = check_fit(spec, [])
     result = {
         "valid": True,
