@@ -138,6 +138,14 @@ TABLE: tuple[FailureClass, ...] = (
                  "the whole job would redo work that already finished"),
     FailureClass("output_missing", "user", False, "process ok, a required output absent",
                  why_not="the job did not write a required output"),
+    FailureClass("output_refused", "user", False,
+                 "process ok, a required output is a link, FIFO, device, socket or folder, "
+                 "leaves the output folder, or is over a size cap",
+                 why_not="the job wrote or declared a required output that is never stored"),
+    FailureClass("optional_output_refused", "user", False,
+                 "process ok, an optional output or a checkpoint refused (as above)",
+                 terminal="JobSucceededWithErrors",
+                 why_not="the job's work is done and the refused file would be refused again"),
     FailureClass("record_refused", "platform", False,
                  "a record of the job (its view, its accounting record, a decision) was "
                  "larger than its topic takes", why_not="the same history would produce the "

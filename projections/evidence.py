@@ -18,6 +18,7 @@ from projections.history import (
     is_clean_success,
     last,
     missing_required_outputs,
+    refused_outputs,
     spec_of,
     unique,
 )
@@ -278,6 +279,10 @@ def gather(history: Sequence[Event], attempt: int, at: Event | None = None) -> F
     stores = failed_stores(events, attempt)
     put("failed_outputs", ", ".join(f"'{e.path}'" for e in stores))
     put("store_message", "; ".join(e.message for e in stores if e.message))
+    for key, required in (("refused_outputs", True), ("refused_optional", False)):
+        refused = refused_outputs(events, attempt, required)
+        put(key, ", ".join(f"'{e.path}' ({e.reason})" for e in refused))
+        put(f"{key}_why", "; ".join(e.message for e in refused if e.message))
 
     cancel = first(events, CancelRequested)
     if cancel is not None:

@@ -91,6 +91,12 @@ _RETRIED = (
     "gridledger retries it (up to retry.max_attempts attempts in all), on another node when one "
     "can hold it, else on the same one"
 )
+_ONLY_FILES = (
+    "Store only regular files inside $GRIDLEDGER_OUTPUT_DIR: no symbolic links, FIFOs, "
+    "sockets, devices or folders (declare each file of a folder as its own output), no '..', "
+    "and within the node's size caps (max_output_file_bytes per file, max_output_job_bytes "
+    "per attempt)."
+)
 _EXEC = (
     r'exec: "?(?P<cmd>[^":]+)"?: (?P<why>executable file not found in \$PATH|no such file or '
     r"directory|permission denied)"
@@ -296,7 +302,13 @@ RULES: tuple[Rule, ...] = (
          "The process exited with code {exit_code}[; last log line: {last_line}].",
          "The job's own code failed; the last log lines are in the evidence. Fix it and submit "
          "again (set retry.retry_user_errors to retry such failures automatically)."),
-    # ---- the process exited 0; outputs
+    # ---- the process exited 0; outputs. What the job wrote or declared is the user's, first;
+    # the platform's side only when the store itself refused or could not be reached.
+    Rule("outputs.refused", "outputs", "output_refused", "user",
+         "The process exited 0, but the required output {refused_outputs} was refused[: "
+         "{refused_outputs_why}].",
+         f"{_ONLY_FILES} Then submit the job again.",
+         requires=("refused_outputs",)),
     Rule("outputs.missing", "outputs", "output_missing", "user",
          "The process exited 0 but did not write the required output {missing_outputs} under "
          "$GRIDLEDGER_OUTPUT_DIR.",
@@ -309,6 +321,11 @@ RULES: tuple[Rule, ...] = (
          "Your job did its work; the outputs that were not stored are lost. Run the job again "
          "to produce them; the compute of this attempt is credited.",
          requires=("failed_outputs",)),
+    Rule("outputs.refused_optional", "outputs", "optional_output_refused", "user",
+         "The process exited 0; the optional output or checkpoint {refused_optional} was "
+         "refused and not stored[: {refused_optional_why}].",
+         f"{_ONLY_FILES} The attempt's compute is billed: the job ran as it was written.",
+         requires=("refused_optional",)),
     # ---- node, finishing
     Rule("node.lost", "node", "node_lost", "platform",
          "Node[ {node}] stopped sending heartbeats[ (last at {last_heartbeat})] and was "

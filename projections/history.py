@@ -173,23 +173,22 @@ def spec_of(history: Sequence[Event]) -> JobSpec | None:
 
 
 def missing_required_outputs(history: Sequence[Event], attempt: int) -> list[str]:
-    """Required outputs of the spec the attempt did not store (and whose store did not fail).
+    """Required outputs of the spec the attempt did not store (nor report refused or failed).
 
     An output the agent never reported at all counts as missing: "all required
     outputs stored" is what a clean success means, not "no failure reported".
     """
     spec = spec_of(history)
+    failures = of_type(history, OutputFailed, attempt)
     stored = {e.path for e in of_type(history, OutputStored, attempt)}
-    store_failed = {
-        e.path for e in of_type(history, OutputFailed, attempt) if e.reason == "store_failed"
-    }
+    reported = {e.path for e in failures if e.reason != "missing"}
     missing = [
         o.path
         for o in (spec.outputs if spec else [])
-        if o.required and o.path not in stored and o.path not in store_failed
+        if o.required and o.path not in stored and o.path not in reported
     ]
     # An OutputFailed(missing) for a path the spec does not know still counts if marked required.
-    for e in of_type(history, OutputFailed, attempt):
+    for e in failures:
         if e.reason == "missing" and e.required and e.path not in missing and e.path not in stored:
             missing.append(e.path)
     return missing
@@ -198,6 +197,17 @@ def missing_required_outputs(history: Sequence[Event], attempt: int) -> list[str
 def failed_stores(history: Sequence[Event], attempt: int) -> list[OutputFailed]:
     """Outputs the attempt produced but could not store (the artifact store failed)."""
     return [e for e in of_type(history, OutputFailed, attempt) if e.reason == "store_failed"]
+
+
+def refused_outputs(history: Sequence[Event], attempt: int, required: bool) -> list[OutputFailed]:
+    """Outputs and checkpoints of the attempt not stored because of what the job wrote or
+    declared (a link, a special file, a folder, a size cap: every reason but ``missing`` and
+    ``store_failed``), the required ones or the optional ones."""
+    return [
+        e
+        for e in of_type(history, OutputFailed, attempt)
+        if e.reason not in ("missing", "store_failed") and e.required == required
+    ]
 
 
 def is_clean_success(history: Sequence[Event], attempt: int) -> bool:
@@ -215,4 +225,6 @@ def is_clean_success(history: Sequence[Event], attempt: int) -> bool:
         and first(history, AttemptCancelled, attempt) is None
         and not missing_required_outputs(history, attempt)
         and not failed_stores(history, attempt)
+        and not refused_outputs(history, attempt, required=True)
+        and not refused_outputs(history, attempt, required=False)
     )

@@ -345,12 +345,30 @@ class OutputStored(Event):
     bytes: int
 
 
+OutputFailureReason = Literal[
+    "missing",
+    "store_failed",
+    "refused_link",
+    "refused_special_file",
+    "refused_folder",
+    "refused_outside",
+    "refused_unreadable",
+    "over_file_cap",
+    "over_job_cap",
+]
+"""Why an output (or checkpoint) was not stored. ``store_failed``: the artifact store refused
+or could not be reached (the platform's side). ``missing``: nothing at the path. Every
+``refused_*`` and ``over_*`` reason is what the job wrote or declared (the user's side; see
+services/agent/confine.py for each rule)."""
+
+
 class OutputFailed(Event):
-    """A declared output is missing or could not be stored: a required one turns success into
-    ``succeeded_with_errors``."""
+    """A declared output (or a checkpoint file) is missing or was not stored: see
+    :data:`OutputFailureReason` and projections/failures.py for what each reason makes of
+    the job."""
 
     path: str
-    reason: Literal["missing", "store_failed"]
+    reason: OutputFailureReason
     required: bool = True
     message: str = ""
 

@@ -75,7 +75,7 @@ class OutputInfo(FrozenModel):
 
     path: str
     status: str
-    """stored, missing or store_failed."""
+    """stored, or the OutputFailed reason (missing, store_failed, refused_link ...)."""
     attempt: int = 0
     """The attempt that stored (or failed to store) it; a retry reports its outputs again."""
     uri: str = ""

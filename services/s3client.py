@@ -20,7 +20,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import boto3
 import botocore.exceptions
@@ -139,28 +139,30 @@ def call(what: str, fn: Callable[[], T]) -> T:
         raise ObjectStoreError(f"{what} failed: {describe(exc)}") from exc
 
 
-def sha256_of(path: Path) -> tuple[str, int]:
-    """The file's SHA-256 and size, read in blocks (outputs can be larger than memory)."""
+def sha256_of(source: BinaryIO) -> tuple[str, int]:
+    """The SHA-256 and size of a file's bytes from its current position, read in blocks
+    (outputs can be larger than memory)."""
     digest = hashlib.sha256()
     size = 0
-    with path.open("rb") as f:
-        while block := f.read(_CHUNK):
-            digest.update(block)
-            size += len(block)
+    while block := source.read(_CHUNK):
+        digest.update(block)
+        size += len(block)
     return digest.hexdigest(), size
 
 
-def upload(client: Any, ref: ObjectRef, source: Path) -> tuple[str, int]:
-    """Upload a file (in parts when large); return its sha256 and size.
+def upload(client: Any, ref: ObjectRef, source: BinaryIO) -> tuple[str, int]:
+    """Upload an opened, seekable file (in parts when large); return its sha256 and size.
 
     The sha256 is computed before the upload and stored as the object's
     ``sha256`` metadata too, so a download can be checked against the object itself.
     """
+    start = source.tell()
     sha256, size = sha256_of(source)
+    source.seek(start)
     call(
         f"storing {ref.uri}",
-        lambda: client.upload_file(
-            str(source), ref.bucket, ref.key, ExtraArgs={"Metadata": {"sha256": sha256}},
+        lambda: client.upload_fileobj(
+            source, ref.bucket, ref.key, ExtraArgs={"Metadata": {"sha256": sha256}},
             Config=_TRANSFER,
         ),
     )  # fmt: skip

@@ -9,13 +9,13 @@ implementation. Calls block: the agent runs them on its thread pool.
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from services import s3client
+from services.agent.confine import Caps, open_artifact
 from services.agent.errors import ArtifactChecksumError, ArtifactStoreError
 from services.objectstore import ObjectRef, ObjectStoreError, object_key
 from services.ops import metrics
@@ -38,9 +38,10 @@ class ArtifactStore(Protocol):
     """Where the agent stores outputs and checkpoints, and fetches a checkpoint to resume from."""
 
     def put(
-        self, tenant: str, job_id: str, attempt: int, path: str, source: Path
+        self, tenant: str, job_id: str, attempt: int, path: str, source: BinaryIO
     ) -> StoredArtifact:
-        """Store ``source`` as ``path`` of the attempt; raise ArtifactStoreError on failure."""
+        """Store the opened file ``source`` (seekable, read from its start) as ``path`` of the
+        attempt; raise ArtifactStoreError on failure."""
         ...
 
     def fetch(self, tenant: str, uri: str, sha256: str, target: Path) -> int:
@@ -71,13 +72,10 @@ class S3Store:
         self._clients = s3client.TenantClients(settings, "agent")
 
     def put(
-        self, tenant: str, job_id: str, attempt: int, path: str, source: Path
+        self, tenant: str, job_id: str, attempt: int, path: str, source: BinaryIO
     ) -> StoredArtifact:
-        """Upload the file ``source`` under the attempt's prefix (a folder is refused)."""
-        if source.is_dir():
-            raise ArtifactStoreError(
-                f"{path} is a folder; declare the files in it as outputs (folders are not stored)"
-            )
+        """Upload the opened file ``source`` under the attempt's prefix (the agent opened and
+        checked it: services/agent/confine.py)."""
         try:
             ref = ObjectRef(self.settings.s3_bucket, object_key(tenant, job_id, attempt, path))
             sha256, size = s3client.upload(self._client(tenant), ref, source)
@@ -110,6 +108,24 @@ class S3Store:
         return self._clients.client(tenant)
 
 
+def put_confined(
+    store: ArtifactStore,
+    tenant: str,
+    job_id: str,
+    attempt: int,
+    root: Path,
+    path: str,
+    caps: Caps,
+    used: int,
+    deadline_s: float,
+) -> StoredArtifact:
+    """Store the job's file ``path`` under ``root`` as ``path`` of the attempt, opened and
+    checked by :func:`services.agent.confine.open_artifact` (which raises ArtifactRefusedError or
+    ArtifactMissingError for what the job wrote) and read from that descriptor only."""
+    with open_artifact(root, path, caps, used, deadline_s) as source:
+        return store.put(tenant, job_id, attempt, path, source)
+
+
 class MeteredStore:
     """Wraps a store; counts the bytes it stored (``gridledger_upload_bytes``)."""
 
@@ -117,7 +133,7 @@ class MeteredStore:
         self.inner = inner
 
     def put(
-        self, tenant: str, job_id: str, attempt: int, path: str, source: Path
+        self, tenant: str, job_id: str, attempt: int, path: str, source: BinaryIO
     ) -> StoredArtifact:
         """Upload through the wrapped store (and count it)."""
         stored = self.inner.put(tenant, job_id, attempt, path, source)
@@ -127,22 +143,3 @@ class MeteredStore:
     def fetch(self, tenant: str, uri: str, sha256: str, target: Path) -> int:
         """Download through the wrapped store."""
         return self.inner.fetch(tenant, uri, sha256, target)
-
-
-_SKIPPED_SUFFIXES = (".tmp", ".partial", ".part", ".swp")
-
-
-def list_files(folder: Path) -> dict[str, tuple[int, int]]:
-    """Files under ``folder`` → (size, mtime_ns); hidden and temporary files are skipped."""
-    found: dict[str, tuple[int, int]] = {}
-    if not folder.is_dir():
-        return found
-    for path in folder.rglob("*"):
-        rel = path.relative_to(folder)
-        if any(part.startswith(".") for part in rel.parts) or path.name.endswith(_SKIPPED_SUFFIXES):
-            continue
-        with contextlib.suppress(OSError):
-            if path.is_file():
-                st = path.stat()
-                found[rel.as_posix()] = (st.st_size, st.st_mtime_ns)
-    return found

@@ -45,11 +45,15 @@ from schemas.events import (
     agent_fact,
     fact_key,
 )
+from schemas.spec import reserved_env
 from services.agent import meter
-from services.agent.artifacts import checkpoint_step, list_files
+from services.agent.artifacts import StoredArtifact, checkpoint_step, put_confined
+from services.agent.confine import Caps, list_files
 from services.agent.context import AgentContext
 from services.agent.errors import (
     ArtifactChecksumError,
+    ArtifactMissingError,
+    ArtifactRefusedError,
     ArtifactStoreError,
     ContainerStartError,
     ImageUnavailableError,
@@ -292,18 +296,30 @@ class AttemptRunner:
         """The container of the attempt; ``secrets`` (values by variable) go into its
         environment and nowhere else: the request is never journaled or spooled."""
         r, s, ctx = self.record, self.record.scheduled, self.ctx
+        uid, gid = ctx.agent.user()
         output = self._output_dir()
-        output.mkdir(parents=True, exist_ok=True)
-        # The container runs without capabilities (no CAP_DAC_OVERRIDE): let any uid write.
-        os.chmod(output, 0o777)
-        if s.spec.checkpoints:
-            (output / s.spec.checkpoints).mkdir(parents=True, exist_ok=True)
-            os.chmod(output / s.spec.checkpoints, 0o777)
-        env = {**s.spec.env, **(secrets or {})}
+        for folder in (output, output / (s.spec.checkpoints or ".")):
+            # Owned by the container's (non-root) user, closed to every other uid on the node.
+            folder.mkdir(parents=True, exist_ok=True)
+            os.chown(folder, uid, gid)
+            os.chmod(folder, 0o750)
+        # The API refuses reserved names; a record it did not check (an older writer, the
+        # trusted decode path) still never overrides what the agent sets.
+        given = {**s.spec.env, **(secrets or {})}
+        env = {k: v for k, v in given.items() if not reserved_env(k)}
+        if len(env) < len(given):
+            log.warning(
+                "attempt %s: reserved names dropped from the job's env: %s",
+                self.key,
+                ", ".join(sorted(k for k in given if reserved_env(k))),
+            )
+        gpus = list(r.gpu_indices) if ctx.inventory.has_real_gpus and s.gpu_count else None
         env.update(
             GRIDLEDGER_JOB_ID=s.job_id,
             GRIDLEDGER_ATTEMPT=str(s.attempt),
             GRIDLEDGER_OUTPUT_DIR=OUTPUT_DIR,
+            # Whatever the image sets: the assigned GPUs only ("void": none at all).
+            NVIDIA_VISIBLE_DEVICES=",".join(map(str, gpus)) if gpus else "void",
         )
         resume_target = ""
         if s.resume_from is not None and resume_file is not None:
@@ -322,9 +338,11 @@ class AttemptRunner:
             memory_limit_bytes=int(s.spec.resources.memory_gb * 1024**3),
             nano_cpus=int(s.spec.resources.cpus * 1e9),
             output_dir=output,
+            user=f"{uid}:{gid}",
+            pids_limit=ctx.agent.pids_limit,
             resume_file=resume_file,
             resume_target=resume_target,
-            gpu_indices=list(r.gpu_indices) if ctx.inventory.has_real_gpus else None,
+            gpu_indices=gpus,
         )
 
     async def _find_container(self) -> str | None:
@@ -542,8 +560,14 @@ class AttemptRunner:
 
     async def _scan_checkpoints(self, final: bool) -> None:
         r, ctx = self.record, self.ctx
-        folder = self._output_dir() / (r.scheduled.spec.checkpoints or "")
-        listing = await ctx.blocking(list_files, folder)
+        prefix = r.scheduled.spec.checkpoints or ""
+        try:
+            listing = await ctx.blocking(list_files, self._output_dir(), prefix, _SKIPPED)
+        except ArtifactRefusedError as exc:  # the folder itself is a link (or passes through one)
+            await self._refused(exc, required=False)
+            return
+        except ArtifactMissingError:
+            return
         for name, signature in sorted(listing.items()):
             if r.checkpoints.get(name) == list(signature):
                 continue
@@ -551,20 +575,18 @@ class AttemptRunner:
             self._pending_checkpoints[name] = signature
             if not (stable or final) or self._checkpoint_failures.get(name, 0) >= 3:
                 continue
-            await self._store_checkpoint(folder, name, signature)
+            await self._store_checkpoint(f"{prefix}/{name}", name, signature)
 
-    async def _store_checkpoint(self, folder: Path, name: str, signature: tuple[int, int]) -> None:
+    async def _store_checkpoint(self, path: str, name: str, signature: tuple[int, int]) -> None:
         r, ctx = self.record, self.ctx
-        prefix = r.scheduled.spec.checkpoints or ""
         try:
-            stored = await ctx.blocking(
-                ctx.store.put,
-                r.scheduled.tenant,
-                r.job_id,
-                r.attempt,
-                f"{prefix}/{name}",
-                folder / name,
-            )
+            stored = await self._put(path, ctx.agent.upload_timeout_s)
+        except ArtifactMissingError:
+            return  # gone since the listing (a job replacing its checkpoint)
+        except ArtifactRefusedError as exc:
+            self._checkpoint_failures[name] = 3  # the job's file: never tried again
+            await self._refused(exc, required=False)
+            return
         except ArtifactStoreError as exc:
             self._checkpoint_failures[name] = self._checkpoint_failures.get(name, 0) + 1
             log.warning("checkpoint %s of %s not stored: %s", name, self.key, exc)
@@ -583,10 +605,12 @@ class AttemptRunner:
 
     async def _store_outputs(self) -> None:
         r, ctx = self.record, self.ctx
-        output = self._output_dir()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ctx.agent.upload_timeout_s
         for spec in r.scheduled.spec.outputs:
-            source = output / spec.path
-            if not source.exists():
+            try:
+                stored = await self._put(spec.path, deadline - loop.time())
+            except ArtifactMissingError:
                 await self._fact(
                     OutputFailed,
                     path=spec.path,
@@ -595,10 +619,9 @@ class AttemptRunner:
                     message=f"{spec.path} was not under $GRIDLEDGER_OUTPUT_DIR after the exit",
                 )
                 continue
-            try:
-                stored = await ctx.blocking(
-                    ctx.store.put, r.scheduled.tenant, r.job_id, r.attempt, spec.path, source
-                )
+            except ArtifactRefusedError as exc:
+                await self._refused(exc, required=spec.required)
+                continue
             except ArtifactStoreError as exc:
                 await self._fact(
                     OutputFailed,
@@ -615,3 +638,41 @@ class AttemptRunner:
                 sha256=stored.sha256,
                 bytes=stored.bytes,
             )
+
+    async def _put(self, path: str, deadline_s: float) -> StoredArtifact:
+        """Store the job's file ``path`` (relative to its output folder), confined and capped."""
+        r, ctx = self.record, self.ctx
+        if deadline_s <= 0:
+            raise ArtifactStoreError(
+                f"{path} was not stored within upload_timeout_s ({ctx.agent.upload_timeout_s:g} s)"
+            )
+        caps = Caps(ctx.agent.max_output_file_bytes, ctx.agent.max_output_job_bytes)
+        stored = await ctx.blocking(
+            put_confined,
+            ctx.store,
+            r.scheduled.tenant,
+            r.job_id,
+            r.attempt,
+            self._output_dir(),
+            path,
+            caps,
+            r.stored_bytes,
+            deadline_s,
+        )
+        r.stored_bytes += stored.bytes
+        return stored
+
+    async def _refused(self, exc: ArtifactRefusedError, required: bool) -> None:
+        """What the job wrote or declared is not stored: an OutputFailed naming path and rule."""
+        log.info("attempt %s: %s not stored: %s", self.key, exc.path, exc.message)
+        await self._fact(
+            OutputFailed,
+            path=exc.path,
+            reason=exc.reason,
+            required=required,
+            message=exc.message,
+        )
+
+
+_SKIPPED = (".tmp", ".partial", ".part", ".swp")
+"""Checkpoint files still being written, by the usual suffixes: never stored."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from schemas.errors import GridledgerError
+from schemas.events import OutputFailureReason
 
 
 class AgentError(GridledgerError):
@@ -40,3 +41,17 @@ class ArtifactStoreError(AgentError):
 
 class ArtifactChecksumError(ArtifactStoreError):
     """A downloaded checkpoint does not hash to the sha256 recorded when it was stored."""
+
+
+class ArtifactRefusedError(AgentError):
+    """What the job wrote or declared is not stored: the user's side, billed."""
+
+    def __init__(self, path: str, reason: OutputFailureReason, message: str) -> None:
+        self.path = path
+        self.reason = reason
+        self.message = message
+        super().__init__(f"{reason}: {message}")
+
+
+class ArtifactMissingError(AgentError):
+    """Nothing exists at the declared path."""

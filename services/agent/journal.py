@@ -38,6 +38,8 @@ class JournalEntry(BaseModel):
     logs: LogState = Field(default_factory=LogState)
     checkpoints: dict[str, list[int]] = Field(default_factory=dict)
     """Stored checkpoint name → [size, mtime_ns] when it was stored."""
+    stored_bytes: int = 0
+    """Bytes of every checkpoint and output the attempt stored (against max_output_job_bytes)."""
     cancel_requested: bool = False
     cancel_reason: str = ""
 

@@ -99,6 +99,10 @@ class ContainerRequest:
     memory_limit_bytes: int
     nano_cpus: int
     output_dir: Path
+    user: str = ""
+    """uid:gid the process runs as."""
+    pids_limit: int = 0
+    """Processes and threads at most (0: Docker's default, unlimited)."""
     resume_file: Path | None = None
     resume_target: str = ""
     gpu_indices: list[int] | None = None
@@ -210,6 +214,8 @@ class DockerRuntime:
                 mem_limit=request.memory_limit_bytes,
                 nano_cpus=request.nano_cpus or None,
                 network_mode="none",
+                user=request.user or None,
+                pids_limit=request.pids_limit or None,
                 security_opt=["no-new-privileges"],
                 cap_drop=["ALL"],
                 volumes=volumes,

@@ -6,6 +6,7 @@ folder are; these say what this node is and how it runs attempts.
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import Literal
@@ -14,6 +15,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 
 PullPolicy = Literal["never", "if_not_present"]
 ShutdownPolicy = Literal["detach", "stop"]
@@ -55,6 +57,29 @@ class AgentSettings(BaseSettings):
     secrets_timeout_s: float = Field(60.0, gt=0)
     """How long the agent keeps trying to fetch an attempt's secrets from an API that is
     away or lags; then the attempt fails ``container_start_failed`` (platform, retried)."""
+    max_output_file_bytes: int = Field(16 * GIB, ge=0)
+    """The largest output or checkpoint file stored; a larger one is refused (over_file_cap,
+    the user's side) from its size alone, before a byte of it is read."""
+    max_output_job_bytes: int = Field(64 * GIB, ge=0)
+    """All files an attempt stores (checkpoints and outputs), at most; the file that would
+    pass it is refused (over_job_cap)."""
+    upload_timeout_s: float = Field(240.0, gt=0)
+    """Reading one checkpoint, or all outputs of an attempt, ends by this deadline (an output
+    not stored by then fails as store_failed). Keep it under the processors'
+    watchdog_finishing_timeout_s (300 s), which bounds the whole finishing phase."""
+    container_user: str = Field("65532:65532", pattern=r"^[1-9][0-9]*:[1-9][0-9]*$")
+    """uid:gid the job's container runs as (never root); its output folder is created owned by
+    it, mode 0750. An agent that is not root itself runs containers as its own uid:gid."""
+    pids_limit: int = Field(4096, ge=16)
+    """Processes and threads one container may have at once (a fork bomb stops there)."""
+
+    def user(self) -> tuple[int, int]:
+        """The (uid, gid) of job containers: :attr:`container_user`, or the agent's own ids when
+        it is not root (it could not give the output folder to another uid)."""
+        if os.geteuid() != 0:
+            return os.geteuid(), os.getegid()
+        uid, gid = self.container_user.split(":")
+        return int(uid), int(gid)
 
     def state_dir(self, home: Path) -> Path:
         """``<home>/agent/<node_id>``: the attempt journal of this node."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 from pathlib import Path
 
 import pytest
@@ -233,9 +234,7 @@ async def test_the_runtime_limit_stops_the_process(node: Harness):
 
 def _stored_checkpoint(node: Harness, tmp_path: Path, content: bytes) -> CheckpointRef:
     """A checkpoint an earlier job of the tenant stored (through the store, as an agent does)."""
-    source = tmp_path / "step_7.pt"
-    source.write_bytes(content)
-    stored = S3Store(node.settings).put(TENANT, "old-job", 1, "ckpt/step_7.pt", source)
+    stored = S3Store(node.settings).put(TENANT, "old-job", 1, "ckpt/step_7.pt", io.BytesIO(content))
     return CheckpointRef(
         job_id="old-job",
         attempt=1,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def test_put_stores_under_tenant_job_and_attempt_with_sha256(
 ):
     source = tmp_path / "src.bin"
     source.write_bytes(b"weights" * 1000)
-    stored = store.put("dev", "job-1", 2, "ckpt/step_10.pt", source)
+    stored = store.put("dev", "job-1", 2, "ckpt/step_10.pt", io.BytesIO(source.read_bytes()))
     assert stored.uri == "s3://gridledger/tenants/dev/jobs/job-1/attempts/2/ckpt/step_10.pt"
     assert stored.sha256 == hashlib.sha256(source.read_bytes()).hexdigest()
     assert stored.bytes == 7000
@@ -37,7 +38,7 @@ def test_a_large_file_goes_up_in_parts_and_comes_back_verified(
 ):
     source = tmp_path / "big.bin"
     source.write_bytes(os.urandom(s3client.PART_BYTES * 2 + 12345))
-    stored = store.put("dev", "job-big", 1, "model.pt", source)
+    stored = store.put("dev", "job-big", 1, "model.pt", io.BytesIO(source.read_bytes()))
     ref = ObjectRef.parse(stored.uri)
     admin = object_store.credentials.admin
     assert admin is not None
@@ -57,7 +58,7 @@ def test_fetch_refuses_bytes_that_do_not_match_and_leaves_nothing_behind(
 ):
     source = tmp_path / "ckpt.pt"
     source.write_bytes(b"one")
-    stored = store.put("dev", "job-2", 1, "ckpt.pt", source)
+    stored = store.put("dev", "job-2", 1, "ckpt.pt", io.BytesIO(source.read_bytes()))
     target = tmp_path / "resume" / "ckpt.pt"
     with pytest.raises(ArtifactChecksumError, match="recorded checkpoint has sha256 0{64}"):
         store.fetch("dev", stored.uri, "0" * 64, target)
@@ -69,7 +70,7 @@ def test_each_tenant_writes_and_reads_only_its_own_prefix(
 ):
     source = tmp_path / "f"
     source.write_text("x")
-    stored = store.put("other", "job-3", 1, "out.txt", source)
+    stored = store.put("other", "job-3", 1, "out.txt", io.BytesIO(source.read_bytes()))
     # The dev agent credential cannot read other's object even when asked directly.
     dev = object_store.credentials.tenants["dev"].agent
     assert dev is not None
@@ -90,12 +91,7 @@ def test_a_tenant_without_credentials_gets_an_error_naming_the_file(
     source = tmp_path / "f"
     source.write_text("x")
     with pytest.raises(ArtifactStoreError, match="no 'agent' S3 credential for tenant 'nobody'"):
-        store.put("nobody", "job-4", 1, "out.txt", source)
-
-
-def test_a_folder_is_not_an_output(store: S3Store, tmp_path: Path):
-    with pytest.raises(ArtifactStoreError, match="is a folder"):
-        store.put("dev", "job-5", 1, "outdir", tmp_path)
+        store.put("nobody", "job-4", 1, "out.txt", io.BytesIO(source.read_bytes()))
 
 
 def test_keys_never_leave_the_job_prefix():

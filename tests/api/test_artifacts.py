@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import json
 import urllib.error
 import urllib.request
@@ -31,9 +32,7 @@ pytestmark = pytest.mark.integration
 
 
 def _put(api: Api, tmp_path: Path, tenant: str, job: str, attempt: int, path: str, data: bytes):
-    source = tmp_path / f"src-{attempt}-{path.replace('/', '_')}"
-    source.write_bytes(data)
-    return S3Store(api.settings).put(tenant, job, attempt, path, source)
+    return S3Store(api.settings).put(tenant, job, attempt, path, io.BytesIO(data))
 
 
 def _stored(job: str, attempt: int, path: str, stored: StoredArtifact, t: float) -> Event:

@@ -317,9 +317,11 @@ class JobHistory:
         uri = f"file:///artifacts/{self.job_id}/{self.attempt}/{path}"
         return self.emit(OutputStored, self.agent, path=path, uri=uri, sha256="sha-out", bytes=42)
 
-    def output_failed(self, path: str, reason: str, message: str = "") -> OutputFailed:
+    def output_failed(
+        self, path: str, reason: str, message: str = "", required: bool = True
+    ) -> OutputFailed:
         return self.emit(
-            OutputFailed, self.agent, path=path, reason=reason, required=True, message=message
+            OutputFailed, self.agent, path=path, reason=reason, required=required, message=message
         )
 
     def release(self, reason: str = "exited") -> ComputeReleased:

@@ -286,6 +286,45 @@ def upload_failed() -> JobHistory:
     return h
 
 
+def output_refused() -> JobHistory:
+    """A required output that is a link to a host file: refused by the agent, the user's."""
+    h = _ran(JobHistory())
+    h.exit(0, ("linked",))
+    h.wait(1).output_failed(
+        "model.pt",
+        "refused_link",
+        "'model.pt' is a symbolic link; links are never followed",
+    )
+    h.wait(1).release()
+    return h
+
+
+def optional_folder_refused() -> JobHistory:
+    """model.pt stored, and `{"path": ".", "required": false}` declared: the declared folder
+    is refused, and the job is still billed (no free compute by declaring a folder)."""
+    h = _ran(JobHistory())
+    h.exit(0, ("saved model.pt",))
+    h.wait(1).output("model.pt")
+    h.output_failed(
+        ".",
+        "refused_folder",
+        "'.' is a folder; folders are not stored: declare each file in it as an output",
+        required=False,
+    )
+    h.wait(1).release()
+    return h
+
+
+def optional_output_missing() -> JobHistory:
+    """An optional output the job did not write: a clean success."""
+    h = _ran(JobHistory())
+    h.exit(0, ("saved model.pt",))
+    h.wait(1).output("model.pt")
+    h.output_failed("extra.log", "missing", required=False)
+    h.wait(1).release()
+    return h
+
+
 def output_missing() -> JobHistory:
     h = _ran(JobHistory())
     h.exit(0, ("done",))

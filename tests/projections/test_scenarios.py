@@ -346,6 +346,39 @@ def test_required_output_missing_is_the_users() -> None:
     assert view.status == "failed" and record.billable_gpu_seconds == record.gpu_seconds
 
 
+def test_a_refused_required_output_fails_the_job_as_the_users_naming_path_and_rule() -> None:
+    h = scenarios.output_refused()
+    view, record = outcome(h)
+    c = classified(h)
+    assert (c.failure_class, c.attribution, c.retryable) == ("output_refused", "user", False)
+    assert c.rule_id == "outputs.refused"
+    assert "'model.pt' (refused_link)" in c.summary and "never followed" in c.summary
+    assert "regular files" in c.advice and "symbolic links" in c.advice
+    assert view.status == "failed" and view.outputs[0].status == "refused_link"
+    assert record.billable_gpu_seconds == record.gpu_seconds > 0
+    assert record.credited_gpu_seconds == 0
+
+
+def test_a_declared_folder_never_makes_a_job_free() -> None:
+    h = scenarios.optional_folder_refused()
+    view, record = outcome(h)
+    c = classified(h)
+    assert (c.failure_class, c.attribution) == ("optional_output_refused", "user")
+    assert "'.' (refused_folder)" in c.summary and "declare each file" in c.summary
+    assert isinstance(only(h, JobSucceededWithErrors), JobSucceededWithErrors)
+    assert view.status == "succeeded_with_errors"
+    assert record.billable_gpu_seconds == record.gpu_seconds > 0
+    assert record.credited_gpu_seconds == 0
+
+
+def test_a_missing_optional_output_is_a_clean_success() -> None:
+    h = scenarios.optional_output_missing()
+    view, record = outcome(h)
+    assert derived(h, FailureClassified) == []
+    assert isinstance(only(h, JobSucceeded), JobSucceeded)
+    assert view.status == "succeeded" and record.billable_gpu_seconds == record.gpu_seconds
+
+
 def test_cancel_while_queued_owes_nothing() -> None:
     h = scenarios.cancel_while_queued()
     view, record = outcome(h)
