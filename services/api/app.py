@@ -28,6 +28,7 @@ from services.api import (
     artifacts,
     auth,
     console,
+    credentials,
     errors,
     idempotency,
     problems,
@@ -141,6 +142,7 @@ async def submit_job(request: web.Request) -> web.Response:
         return spec
     if spec.resume_from is not None:
         await _own_resume_source(request, tenant, spec.resume_from)
+    warned = credentials.warnings(spec.env)
 
     def submitted(job_id: str, event_id: str) -> JobSubmitted:
         return JobSubmitted(
@@ -157,7 +159,7 @@ async def submit_job(request: web.Request) -> web.Response:
     if not key:
         event = submitted(idempotency.new_job_id(), new_event_id())
         await _record(request, event)
-        return await _accepted(request, event.job_id, event.event_id)
+        return await _accepted(request, event.job_id, event.event_id, warned)
 
     # One key, one job (services/api/idempotency.py has the rule).
     job_id = idempotency.job_id_for(request.app[ID_KEY], tenant, key)
@@ -189,10 +191,12 @@ async def submit_job(request: web.Request) -> web.Response:
             "for a new job",
         )
     if appended:
-        return await _accepted(request, job_id, event_id)
+        return await _accepted(request, job_id, event_id, warned)
     status = await _status_if_known(request.app[POOL], job_id)
     body = {"job_id": job_id, "status": status or "submitted", "recorded": status is not None}
-    return web.json_response({**body, "links": queries.links(job_id)}, status=200)
+    return web.json_response(
+        {**body, "links": queries.links(job_id), "warnings": warned}, status=200
+    )
 
 
 async def _own_resume_source(request: web.Request, tenant: str, job_id: str) -> None:
@@ -265,7 +269,9 @@ async def _record(request: web.Request, event: JobSubmitted) -> None:
         log.info("recorded JobSubmitted from tenant %s", event.tenant)
 
 
-async def _accepted(request: web.Request, job_id: str, event_id: str) -> web.Response:
+async def _accepted(
+    request: web.Request, job_id: str, event_id: str, warned: list[dict[str, str]]
+) -> web.Response:
     """202: the broker acknowledged the JobSubmitted; the job runs whatever Postgres does."""
     recorded = await _wait_recorded(
         request.app[POOL], job_id, request.app[SETTINGS].api_submit_visible_s
@@ -276,6 +282,7 @@ async def _accepted(request: web.Request, job_id: str, event_id: str) -> web.Res
         "event_id": event_id,
         "recorded": recorded,
         "links": queries.links(job_id),
+        "warnings": warned,
     }
     return web.json_response(body, status=202, headers={"Location": f"/v1/jobs/{job_id}"})
 

@@ -91,6 +91,12 @@ class Problem(ApiModel):
     fix: str
 
 
+class SpecWarning(Problem):
+    """Something in an accepted spec worth changing, with the rule that found it."""
+
+    rule: str = Field(examples=["name.credential_word"])
+
+
 class ProblemDetail(BaseModel):
     """RFC 9457 ``application/problem+json``, with gridledger's ``error`` code: the body of
     every 4xx and 5xx answer."""
@@ -126,6 +132,11 @@ class Created(ApiModel):
     event_id: str | None = Field(None, description="the JobSubmitted event (absent on a replay)")
     recorded: bool
     links: Links
+    warnings: list[SpecWarning] = Field(
+        default_factory=list,
+        description="things in the spec worth changing that did not stop it, e.g. env values "
+        "that look like credentials (use `secrets`); `rule` names the rule",
+    )
 
 
 class DryRun(ApiModel):

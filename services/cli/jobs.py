@@ -92,6 +92,8 @@ def submit(
         out.emit(checked, _dry_run_text)
         return Exit.OK if checked["would"] == "queue" else Exit.JOB_FAILED
     job_id = created["job_id"]
+    for w in created.get("warnings") or []:
+        click.echo(f"warning: {w['field']}: {w['problem']}\n    fix: {w['fix']}", err=True)
     if not wait_end:
         # The pre-flight fit runs within milliseconds of the submit: wait for it briefly so
         # an impossible job is reported here, with its numbers, not on a later status call.
