@@ -20,6 +20,7 @@ import asyncpg
 from aiohttp import web
 from pydantic import ValidationError
 
+from projections import usage
 from projections.fit import NodeCapacity, check_fit
 from schemas.events import CancelRequested, JobSubmitted, new_event_id
 from schemas.spec import JobSpec
@@ -37,6 +38,7 @@ from services.api import (
     tenant_secrets,
 )
 from services.api import models as m
+from services.api import usage as usage_api
 from services.api.logs import serve_logs
 from services.api.openapi import (
     Header,
@@ -325,27 +327,16 @@ async def _wait_recorded(pool: asyncpg.Pool, job_id: str, timeout: float) -> boo
 
 async def list_jobs(request: web.Request) -> web.Response:
     """GET /v1/jobs: the tenant's jobs, newest first, a page at a time (with the next cursor)."""
-    raw: dict[str, Any] = {k: request.query[k] for k in ("limit", "cursor") if k in request.query}
-    raw["status"] = [s for v in request.query.getall("status", []) for s in v.split(",") if s]
     try:
-        query = m.ListJobsQuery.model_validate(raw)
+        query = m.ListJobsQuery.model_validate(
+            _query(request, lists=("status",), only=("limit", "cursor"))
+        )
     except ValidationError as exc:
         return problem_response(422, _query_problems(exc), "invalid_query")
     try:
         after = queries.decode_cursor(query.cursor) if query.cursor else None
     except ValueError as exc:
-        return problem_response(
-            400,
-            [
-                problems.Problem(
-                    "cursor",
-                    str(exc),
-                    "pass the `next_cursor` of the previous page unchanged, or omit it for the "
-                    "first page",
-                )
-            ],
-            "invalid_cursor",
-        )
+        return _cursor_problem(exc)
     jobs, next_cursor = await queries.list_jobs(
         request.app[POOL], _tenant(request), list(query.status), query.limit, after
     )
@@ -357,8 +348,9 @@ async def list_jobs(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
-def _query_problems(exc: ValidationError) -> list[problems.Problem]:
-    """Query errors named by parameter, with the accepted values as the fix."""
+def _query_problems(exc: ValidationError, most: int = 500) -> list[problems.Problem]:
+    """Query errors named by parameter, with the accepted values as the fix (``most``: the
+    largest ``limit``)."""
     out = []
     for error in exc.errors(include_url=False):
         name = str(error["loc"][0]) if error["loc"] else "(query)"
@@ -366,7 +358,7 @@ def _query_problems(exc: ValidationError) -> list[problems.Problem]:
             fix = f"use one of {', '.join(JOB_STATUSES)}"
             problem = f"unknown status {error.get('input')!s}"
         elif name == "limit":
-            fix, problem = "use a whole number from 1 to 500", str(error["msg"])
+            fix, problem = f"use a whole number from 1 to {most}", str(error["msg"])
         else:
             fix, problem = "see /openapi.json for the accepted parameters", str(error["msg"])
         out.append(problems.Problem(name, problem, fix))
@@ -505,10 +497,114 @@ async def artifact_url(request: web.Request) -> web.Response:
     return web.json_response(signed, dumps=_json_text)
 
 
+_CURSOR_FIX = "pass the `next_cursor` of the previous page unchanged, or omit it for the first page"
+
+
+def _cursor_problem(exc: ValueError) -> web.Response:
+    """400 for a cursor this API did not issue for this query."""
+    return problem_response(
+        400, [problems.Problem("cursor", str(exc), _CURSOR_FIX)], "invalid_cursor"
+    )
+
+
+def _query(
+    request: web.Request, lists: tuple[str, ...] = (), only: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """The request's query as a dict for a query model: ``lists`` may repeat or be
+    comma-separated; ``only``: the parameters read (others are ignored), None: all (an
+    unknown one is then refused by the model)."""
+    raw: dict[str, Any] = {
+        k: v for k, v in request.query.items() if k not in lists and (only is None or k in only)
+    }
+    for name in lists:
+        raw[name] = [s for v in request.query.getall(name, []) for s in v.split(",") if s]
+    return raw
+
+
+def _window_problems(
+    since: datetime | None, until: datetime | None, period: str | None = None
+) -> list[problems.Problem]:
+    """``since`` before ``until``; with ``period``, both on its UTC boundaries."""
+    out = []
+    if period is not None:
+        for name, moment in (("since", since), ("until", until)):
+            if moment is not None and not usage.is_boundary(moment, period):
+                out.append(
+                    problems.Problem(
+                        name,
+                        f"{moment.isoformat()} is not the start of a UTC {period}",
+                        f"use {usage.period_start(moment, period).isoformat()} or another "
+                        f"start of a UTC {period}, or another period",
+                    )
+                )
+    if since is not None and until is not None and until <= since:
+        out.append(problems.Problem("until", "is not after since", "give an until after since"))
+    return out
+
+
 async def list_accounting(request: web.Request) -> web.Response:
-    """GET /v1/accounting: the tenant's accounting records, newest first."""
-    records = await queries.tenant_accounting(request.app[POOL], _tenant(request), 1000)
-    return web.json_response({"records": records, "count": len(records)})
+    """GET /v1/accounting: every accounting record of the tenant, newest jobs first, a page
+    at a time (with the next cursor)."""
+    try:
+        query = m.AccountingQuery.model_validate(_query(request))
+    except ValidationError as exc:
+        return problem_response(422, _query_problems(exc, 5000), "invalid_query")
+    found = _window_problems(query.since, query.until)
+    if found:
+        return problem_response(422, found, "invalid_query")
+    scope = "accounting:" + json.dumps(
+        [query.since and query.since.isoformat(), query.until and query.until.isoformat()]
+    )
+    try:
+        after = queries.decode_cursor(query.cursor, scope) if query.cursor else None
+    except ValueError as exc:
+        return _cursor_problem(exc)
+    records, next_key = await queries.tenant_accounting(
+        request.app[POOL], _tenant(request), query.limit, after, query.since, query.until
+    )
+    body = {
+        "records": records,
+        "count": len(records),
+        "next_cursor": queries.encode_cursor(next_key, scope) if next_key else None,
+    }
+    return web.json_response(body)
+
+
+async def list_usage(request: web.Request) -> web.Response:
+    """GET /v1/usage: the tenant's usage by UTC period and group, a page at a time."""
+    try:
+        query = m.UsageQuery.model_validate(_query(request, lists=("by",)))
+    except ValidationError as exc:
+        return problem_response(422, _query_problems(exc, 5000), "invalid_query")
+    try:
+        by = usage.parse_group_by(query.by)
+    except ValueError as exc:
+        fix = "group by tenant, gpu_model, provider, region or label:<key>"
+        return problem_response(422, [problems.Problem("by", str(exc), fix)], "invalid_query")
+    found = _window_problems(query.since, query.until, query.period)
+    if found:
+        return problem_response(422, found, "invalid_query")
+    try:
+        lines, next_cursor = await usage_api.page(
+            request.app[POOL],
+            _tenant(request),
+            query.period,
+            by,
+            query.since,
+            query.until,
+            query.limit,
+            query.cursor,
+        )
+    except ValueError as exc:
+        return _cursor_problem(exc)
+    body = {
+        "period": query.period,
+        "by": list(by),
+        "lines": lines,
+        "count": len(lines),
+        "next_cursor": next_cursor,
+    }
+    return web.json_response(body)
 
 
 async def cancel_job(request: web.Request) -> web.Response:
@@ -775,8 +871,19 @@ OPERATIONS: tuple[Operation, ...] = (
         "/v1/accounting",
         list_accounting,
         "listAccounting",
-        "The tenant's accounting records, newest jobs first",
-        {200: Reply("the records", m.AccountingList)},
+        "Every accounting record of the tenant, newest jobs first, a page at a time",
+        {200: Reply("a page of records; follow next_cursor until it is null", m.AccountingList)},
+        query=m.AccountingQuery,
+        tags=("accounting",),
+    ),
+    Operation(
+        "GET",
+        "/v1/usage",
+        list_usage,
+        "listUsage",
+        "The tenant's usage by UTC hour, day or month and by group, exact to the microsecond",
+        {200: Reply("a page of usage lines; follow next_cursor until it is null", m.UsagePage)},
+        query=m.UsageQuery,
         tags=("accounting",),
     ),
     Operation(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from schemas.events import ENVELOPE_FIELDS
 from schemas.spec import JobSpec, Line
@@ -44,6 +44,44 @@ class CancelRequest(ApiModel):
     """The optional body of ``POST /v1/jobs/{job_id}/cancel``."""
 
     reason: Line = Field("", max_length=500, description="why, in a few words (one line)")
+
+
+class AccountingQuery(ApiModel):
+    """Query of ``GET /v1/accounting``: every record, a page at a time."""
+
+    limit: int = Field(1000, ge=1, le=5000, description="records per page")
+    cursor: str | None = Field(
+        None,
+        description="the `next_cursor` of the previous page (opaque); omit for the first page",
+    )
+    since: AwareDatetime | None = Field(
+        None, description="only records whose latest event is at or after this time"
+    )
+    until: AwareDatetime | None = Field(
+        None, description="only records whose latest event is before this time"
+    )
+
+
+class UsageQuery(ApiModel):
+    """Query of ``GET /v1/usage``: usage lines by period and group, a page at a time."""
+
+    period: Literal["hour", "day", "month"] = Field("day", description="UTC periods")
+    by: list[str] = Field(
+        default_factory=list,
+        description="group by tenant, gpu_model, provider, region or label:<key> (repeat "
+        "or comma-separate); none: one line per period",
+    )
+    since: AwareDatetime | None = Field(
+        None, description="the first period's start (a period boundary, UTC)"
+    )
+    until: AwareDatetime | None = Field(
+        None, description="the end of the last period, exclusive (a period boundary, UTC)"
+    )
+    limit: int = Field(1000, ge=1, le=5000, description="lines per page")
+    cursor: str | None = Field(
+        None,
+        description="the `next_cursor` of the previous page (opaque); omit for the first page",
+    )
 
 
 class LogsQuery(ApiModel):
@@ -298,13 +336,44 @@ class AccountingRow(ApiModel):
     credited_gpu_seconds: float
     reconciled: bool
     updated_at: datetime | None
+    """The time of the record's latest event (what ``since``/``until`` select on)."""
+    submitted_at: datetime | None
+    labels: dict[str, str]
 
 
 class AccountingList(ApiModel):
-    """The reply of GET /v1/accounting."""
+    """The reply of GET /v1/accounting: one page, newest jobs first."""
 
     records: list[AccountingRow]
     count: int
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null: last")
+
+
+class UsageLine(ApiModel):
+    """One period's usage of one group, in whole microseconds (exact sums of the jobs')."""
+
+    line_id: str = Field(description="deterministic: the same period and group, the same id")
+    period: str
+    period_start: datetime
+    period_end: datetime
+    group: dict[str, str] = Field(description="the value of each `by` dimension")
+    jobs: int = Field(description="jobs with usage in the line")
+    held_us: int
+    gpu_us: int
+    metered_gpu_us: int
+    billable_gpu_us: int
+    credited_gpu_us: int
+    final: bool = Field(description="every job in the line is final: the numbers will not change")
+
+
+class UsagePage(ApiModel):
+    """The reply of GET /v1/usage: lines ordered by period start, then group values."""
+
+    period: str
+    by: list[str]
+    lines: list[UsageLine]
+    count: int
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null: last")
 
 
 class CancelAccepted(ApiModel):

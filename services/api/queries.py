@@ -42,6 +42,21 @@ JOB_LIST_COLUMNS = (
 )
 
 
+def _after_job(at: str, job_id: str) -> str:
+    """The SQL condition "after the page key ``(at, job_id)``" in the newest-first order
+    ``submitted_at DESC NULLS FIRST, job_id DESC``; ``at``/``job_id`` name the parameters
+    (``$3``) and the columns are those of ``jobs``. No key (``job_id`` NULL): every row."""
+    return (
+        f"({job_id}::text IS NULL "
+        f" OR ({at}::timestamptz IS NULL AND submitted_at IS NULL AND job_id < {job_id}) "
+        f" OR ({at}::timestamptz IS NULL AND submitted_at IS NOT NULL) "
+        f" OR (submitted_at, job_id) < ({at}::timestamptz, {job_id}::text))"
+    )
+
+
+NEWEST_FIRST = "ORDER BY submitted_at DESC NULLS FIRST, job_id DESC"
+
+
 async def list_jobs(
     pool: asyncpg.Pool,
     tenant: str,
@@ -61,50 +76,75 @@ async def list_jobs(
     rows = await pool.fetch(
         f"SELECT {JOB_LIST_COLUMNS} FROM jobs "
         "WHERE tenant = $1 AND (cardinality($2::text[]) = 0 OR status = ANY($2::text[])) "
-        "AND ($4::text IS NULL "
-        "     OR ($3::timestamptz IS NULL AND submitted_at IS NULL AND job_id < $4) "
-        "     OR ($3::timestamptz IS NULL AND submitted_at IS NOT NULL) "
-        "     OR (submitted_at, job_id) < ($3::timestamptz, $4::text)) "
-        "ORDER BY submitted_at DESC NULLS FIRST, job_id DESC LIMIT $5",
+        f"AND {_after_job('$3', '$4')} {NEWEST_FIRST} LIMIT $5",
         tenant,
         statuses,
         after_at,
         after_id,
         limit + 1,
     )
+    return _page(rows, limit)
+
+
+def _page(rows: list[asyncpg.Record], limit: int) -> tuple[list[dict[str, Any]], JobCursor | None]:
+    """The first ``limit`` rows (of ``limit + 1`` fetched) and the key of the next page."""
     more = len(rows) > limit
     rows = rows[:limit]
     next_cursor = (rows[-1]["submitted_at"], rows[-1]["job_id"]) if more else None
     return [{k: _iso(v) for k, v in dict(r).items()} for r in rows], next_cursor
 
 
-MAX_CURSOR_CHARS = 512
-"""A cursor is a time and a job id: about 100 characters."""
+MAX_CURSOR_CHARS = 4096
+"""A job cursor is a time and a job id (about 100 characters); a usage cursor a time and
+up to eight group values (labels of up to 63 characters, GPU models, places)."""
 
 JobCursor = tuple[datetime | None, str]
 """The ``(submitted_at, job_id)`` of the last job of a page."""
 
 
-def encode_cursor(cursor: JobCursor) -> str:
-    """An opaque token for clients: base64url of the page key (clients must not parse it)."""
-    at, job_id = cursor
-    raw = json.dumps([at.isoformat() if at else None, job_id]).encode()
+def encode_token(scope: str, key: list[Any]) -> str:
+    """An opaque page token for clients: base64url of the query it belongs to (``scope``)
+    and the page key (clients must not parse it)."""
+    raw = json.dumps([scope, key], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(token: str) -> JobCursor:
-    """The page key of a token from :func:`encode_cursor`; ValueError when it is not one."""
+def decode_token(token: str, scope: str) -> list[Any]:
+    """The page key of a token from :func:`encode_token` for the same ``scope``; ValueError
+    when it is not one, or is one of another query."""
     if len(token) > MAX_CURSOR_CHARS:
         raise ValueError(f"not a cursor this API issued (longer than {MAX_CURSOR_CHARS})")
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        at, job_id = json.loads(raw)
-        shaped = isinstance(job_id, str) and (at is None or isinstance(at, str))
-        moment = datetime.fromisoformat(at) if shaped and at else None
+        issued, key = json.loads(raw)
     except (ValueError, TypeError, binascii.Error, RecursionError) as exc:
         raise ValueError(f"not a cursor this API issued ({exc})") from exc
+    if not isinstance(key, list) or not isinstance(issued, str):
+        raise ValueError("not a cursor this API issued (wrong shape)")  # noqa: TRY004
+    if issued != scope:
+        raise ValueError("the cursor belongs to another query (other parameters or endpoint)")
+    return key
+
+
+def encode_cursor(cursor: JobCursor, scope: str = "jobs") -> str:
+    """The token of a job page key (:func:`encode_token`)."""
+    at, job_id = cursor
+    return encode_token(scope, [at.isoformat() if at else None, job_id])
+
+
+def decode_cursor(token: str, scope: str = "jobs") -> JobCursor:
+    """The job page key of a token from :func:`encode_cursor`; ValueError when it is not one."""
+    key = decode_token(token, scope)
+    shaped = (
+        len(key) == 2 and isinstance(key[1], str) and (key[0] is None or isinstance(key[0], str))
+    )
     if not shaped:
         raise ValueError("not a cursor this API issued (wrong shape)")
+    try:
+        moment = datetime.fromisoformat(key[0]) if key[0] else None
+    except ValueError as exc:
+        raise ValueError(f"not a cursor this API issued ({exc})") from exc
+    job_id = key[1]
     if len(job_id) > LIMITS["job_id_chars"] or character_problem(job_id):
         raise ValueError("not a cursor this API issued (not a job id)")
     if moment is not None and moment.tzinfo is None:
@@ -240,14 +280,34 @@ async def job_status(pool: asyncpg.Pool, job_id: str) -> str | None:
     return await pool.fetchval("SELECT status FROM jobs WHERE job_id = $1", job_id)
 
 
-async def tenant_accounting(pool: asyncpg.Pool, tenant: str, limit: int) -> list[dict[str, Any]]:
-    """The tenant's accounting records (without per-attempt lines), newest jobs first."""
+async def tenant_accounting(
+    pool: asyncpg.Pool,
+    tenant: str,
+    limit: int,
+    after: JobCursor | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> tuple[list[dict[str, Any]], JobCursor | None]:
+    """One page of the tenant's accounting records (without per-attempt lines), newest jobs
+    first (the order and page key of :func:`list_jobs`), and the key of the next page.
+    ``since``/``until``: only records whose latest event time is in ``[since, until)``."""
+    after_at, after_id = after if after is not None else (None, None)
     rows = await pool.fetch(
         "SELECT a.job_id, a.status, a.final, a.policy_version, a.held_seconds, a.gpu_seconds, "
         "a.metered_gpu_seconds, a.billable_gpu_seconds, a.credited_gpu_seconds, a.reconciled, "
-        "a.updated_at FROM accounting_records a JOIN jobs j USING (job_id) "
-        "WHERE j.tenant = $1 ORDER BY j.submitted_at DESC NULLS LAST, a.job_id DESC LIMIT $2",
+        "a.updated_at, a.labels, j.submitted_at FROM accounting_records a "
+        "JOIN jobs j USING (job_id) WHERE j.tenant = $1 "
+        "AND ($5::timestamptz IS NULL OR a.updated_at >= $5) "
+        "AND ($6::timestamptz IS NULL OR a.updated_at < $6) "
+        f"AND {_after_job('$2', '$3')} {NEWEST_FIRST} LIMIT $4",
         tenant,
-        limit,
+        after_at,
+        after_id,
+        limit + 1,
+        since,
+        until,
     )
-    return [{k: _iso(v) for k, v in dict(r).items()} for r in rows]
+    records, next_cursor = _page(list(rows), limit)
+    for r in records:
+        r["labels"] = _json(r["labels"])
+    return records, next_cursor

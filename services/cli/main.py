@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "history": ("services.cli.jobs", "a job's events with the time between them"),
     "cancel": ("services.cli.jobs", "cancel a job"),
     "logs": ("services.cli.logs", "a job's logs (-f follows until the job ends)"),
-    "usage": ("services.cli.usage", "GPU time held, billable and credited"),
+    "usage": ("services.cli.usage", "GPU time by period and group, per job or per attempt"),
     "outputs": ("services.cli.artifacts", "a job's stored outputs and checkpoints"),
     "download": ("services.cli.artifacts", "fetch a job's outputs (or one PATH)"),
     "nodes": ("services.cli.nodes", "the fleet, with its inventory source"),

@@ -4,9 +4,9 @@
 ``conn`` (a :class:`Connection`, which resolves the URL and token as
 :mod:`services.cli.config` says and builds the API client only when first
 used, so ``--help`` and usage errors never need a token). ``@output_options``
-adds ``-o/--output json|yaml|table`` (``--json`` is an alias of ``-o json``)
-and ``--utc``, and passes ``out`` (an :class:`Output`, whose ``clock`` formats
-times). A command takes what it needs::
+adds ``-o/--output json|yaml|table`` (``--json`` is an alias of ``-o json``;
+``@rows_output_options`` adds ``csv``) and ``--utc``, and passes ``out`` (an
+:class:`Output`, whose ``clock`` formats times). A command takes what it needs::
 
     @click.command()
     @click.argument("job")
@@ -19,7 +19,9 @@ times). A command takes what it needs::
 
 from __future__ import annotations
 
+import csv
 import functools
+import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -114,6 +116,24 @@ class Output:
         if rendered is not None:
             click.echo(rendered)
 
+    def emit_rows(
+        self,
+        data: Any,
+        rows: list[dict[str, Any]],
+        text: Callable[[Any], str | None] | None = None,
+    ) -> None:
+        """:meth:`emit`, except that ``-o csv`` prints ``rows``: a header of the first row's
+        keys, then one line per row (RFC 4180 quoting)."""
+        if self.format != "csv":
+            self.emit(data, text)
+            return
+        buffer = io.StringIO()
+        if rows:
+            writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+        click.echo(buffer.getvalue(), nl=False)
+
 
 def complete_job(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     """Shell completion of a JOB argument: the user's most recent job ids."""
@@ -195,7 +215,16 @@ def insecure_http_option(f: F) -> F:
 
 def output_options(f: F) -> F:
     """Add ``-o/--output``, its ``--json`` alias and ``--utc``; the command receives ``out``."""
+    return _output_options(f, FORMATS)
 
+
+def rows_output_options(f: F) -> F:
+    """:func:`output_options` with ``-o csv`` too, for a command whose output is rows (it
+    prints them with :meth:`Output.emit_rows`)."""
+    return _output_options(f, (*FORMATS, "csv"))
+
+
+def _output_options(f: F, formats: tuple[str, ...]) -> F:
     @functools.wraps(f)
     def wrapper(*args: Any, output: str | None, as_json: bool, utc: bool, **kwargs: Any) -> Any:
         chosen = "json" if as_json else (output or "table")
@@ -212,7 +241,7 @@ def output_options(f: F) -> F:
     wrapper = click.option(
         "-o",
         "--output",
-        type=click.Choice(FORMATS),
+        type=click.Choice(formats),
         help="Output format (default: table; plain text when piped).",
     )(wrapper)
     return wrapper  # type: ignore[return-value]
