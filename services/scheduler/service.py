@@ -32,7 +32,7 @@ from schemas.events import Event, JobRejected, NoCapacity
 from services.backoff import retrying
 from services.clock import utcnow
 from services.ledger import Ledger, LedgerPort, TopicPartition
-from services.ledger.client import broker_unavailable, encoded, heard_at
+from services.ledger.client import broker_unavailable, heard_at
 from services.ops import metrics
 from services.ops.logs import event_context
 from services.scheduler.core import FOLDED_TYPE_NAMES, SchedulerConfig, SchedulerState
@@ -242,21 +242,17 @@ class Scheduler:
         carrying a huge spec) is parked and a RecordRefused takes its place, on which the
         retry decider ends the job ``record_refused`` (and the state frees its GPUs)."""
         ledger = self.ledger
-        kept, parked = await ledger.within_limit(
+        _, parked = await ledger.within_limit(
             [(ledger.topic_of(e), e.key, e) for e in events], "scheduler"
         )
-        facts = [
-            ledger.record_refused(decision, "scheduler", item, size)
-            for item, size in parked
-            if isinstance(decision := item[2], Event)
-        ]
-        kept += encoded([(ledger.topic_of(f), f.key, f) for f in facts])
-        await retrying(
-            partial(ledger.append_encoded, kept),
-            outage=ledger.outage,
-            transient=broker_unavailable,
-            backoff=self.settings.reconnect_backoff(),
-        )
+        if parked:
+            gone = {id(item[2]) for item, _ in parked}
+            events = [e for e in events if id(e) not in gone] + [
+                ledger.record_refused(decision, "scheduler", item, size)
+                for item, size in parked
+                if isinstance(decision := item[2], Event)
+            ]
+        await ledger.append_until_acked(events)
 
     async def _append_decided(self) -> None:
         """Append what was decided, in decision order, one acknowledged batch at a time.

@@ -101,10 +101,12 @@ async def test_a_record_the_scheduler_cannot_apply_is_parked_and_the_next_job_is
 async def test_a_placement_over_the_record_limit_is_parked_and_the_job_ends_record_refused(
     settings: Settings,
 ) -> None:
-    """A placement carries the spec: one the topic cannot take (a record written before the
-    API bounded specs) is parked, and the job ends record_refused instead of the scheduler
-    failing the same append on every restart."""
-    job = submitted("job-huge", env={"DATA": "d" * 70_000})
+    """A placement carries the spec: one the topic cannot take (a limit set below what the
+    largest valid spec needs) is parked, and the job ends record_refused instead of the
+    scheduler failing the same append on every restart."""
+    job = submitted(
+        "job-huge", env={"A": "a" * 30_000, "B": "b" * 30_000}, command=["sh", "-c", "c" * 60_000]
+    )
     submitted_bytes = record_bytes(encoded([("t", job.key, job)])[0])
     base = fast(settings.model_copy(update={"topic_prefix": "fake."}))
     # The submission fits; its placement (the same spec, plus where it runs) does not.
