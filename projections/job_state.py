@@ -118,6 +118,12 @@ def evolve(view: JobView | None, event: Event) -> JobView:
             view = _anomaly(view, event, "arrived before JobSubmitted")
     if not is_job_event(event) or event.event_id in view.applied_event_ids:
         return view
+    if resubmission(view, event):
+        # Noted once, and nothing else of it kept: not its spec, tenant or time; its id
+        # stays out of the applied ones, so every copy of it is a resubmission too.
+        if any(event.event_id in note for note in view.anomalies):
+            return view
+        return _anomaly(view, event, "a second JobSubmitted for this job id; ignored")
     if event.job_id != view.job_id:
         return _anomaly(view, event, f"belongs to job {event.job_id!r}; ignored")
     view = _apply(event, view)
@@ -130,6 +136,20 @@ def evolve(view: JobView | None, event: Event) -> JobView:
             "event_count": view.event_count + 1,
             "updated_at": updated,
         }
+    )
+
+
+def resubmission(view: JobView | None, event: Event) -> bool:
+    """Whether ``event`` is a second JobSubmitted for a job already submitted, with another
+    event id: a colliding id or a forged record, maybe of another tenant. Every reader
+    ignores it (the fold notes an anomaly on the first job's view, without its spec or
+    tenant, once however often it is delivered); the sink keeps it out of the job's stored
+    history."""
+    return (
+        isinstance(event, JobSubmitted)
+        and view is not None
+        and view.spec is not None
+        and event.event_id not in view.applied_event_ids
     )
 
 

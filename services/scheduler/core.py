@@ -90,6 +90,10 @@ class SchedulerConfig:
     producer: str = "scheduler"
 
 
+MAX_ANOMALIES = 100
+"""Ignored records the scheduler remembers (for its log and tests)."""
+
+
 @dataclass
 class JobEntry:
     """What the scheduler knows about one job that is not terminal yet."""
@@ -133,6 +137,10 @@ class SchedulerState:
         """Job ids with a decision to make outside the queue (pre-flight, retry queueing)."""
         self.checkpoints: dict[str, CheckpointRef] = {}
         """Latest stored checkpoint of every job (for ``spec.resume_from``)."""
+        self.owners: dict[str, str] = {}
+        """The tenant of every job submitted: a job resumes only from its own tenant's."""
+        self.anomalies: list[str] = []
+        """Records it ignored on purpose (a second JobSubmitted for a job), newest last."""
 
     # ----------------------------------------------------------------------- observe
 
@@ -151,9 +159,7 @@ class SchedulerState:
         if job_id in self.done:
             return
         if isinstance(event, JobSubmitted):
-            if job_id not in self.jobs:
-                self.jobs[job_id] = JobEntry(job_id, event.tenant, event.spec, event)
-                self.pending[job_id] = None
+            self._on_submitted(event)
             return
         entry = self.jobs.get(job_id)
         if entry is None:
@@ -192,6 +198,23 @@ class SchedulerState:
             entry.cancelled = True
             self.queue.remove(job_id)
             self.pending.pop(job_id, None)
+
+    def _on_submitted(self, event: JobSubmitted) -> None:
+        """The first JobSubmitted of a job id makes the job; a second one with another event
+        id (a collision, or a forged record of another tenant) is ignored and noted, so the
+        first job keeps its spec, tenant and placement."""
+        job_id = event.job_id
+        first = self.jobs.get(job_id)
+        if first is None and job_id not in self.owners:
+            self.owners[job_id] = event.tenant
+            self.jobs[job_id] = JobEntry(job_id, event.tenant, event.spec, event)
+            self.pending[job_id] = None
+        elif first is None or first.submitted.event_id != event.event_id:
+            note = (
+                f"{job_id}: a second JobSubmitted {event.event_id} (tenant {event.tenant}) "
+                "ignored; the job was already submitted"
+            )
+            self.anomalies = [*self.anomalies[-(MAX_ANOMALIES - 1) :], note]
 
     def _on_queued(self, entry: JobEntry, event: JobQueued) -> None:
         attempt = max(1, event.attempt)
@@ -376,8 +399,16 @@ class SchedulerState:
             else None
         )
         resume = entry.resume_from
-        if resume is None and entry.attempt == 1 and entry.spec.resume_from:
-            resume = self.checkpoints.get(entry.spec.resume_from)
+        source = entry.spec.resume_from
+        # Only a checkpoint of the tenant's own job (the API refuses others with a 404;
+        # this holds for a record that did not come through it).
+        if (
+            resume is None
+            and entry.attempt == 1
+            and source
+            and self.owners.get(source) == entry.tenant
+        ):
+            resume = self.checkpoints.get(source)
         return self._decided(
             AttemptScheduled,
             queued,

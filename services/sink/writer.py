@@ -231,6 +231,11 @@ class _Batch:
         failure row."""
         job_id = event.job_id
         state = self.states[job_id]
+        if job_state.resubmission(state.view, event):
+            # Not the job's history: the first job stays as it was, with an anomaly.
+            state.view = job_state.evolve(state.view, event)
+            self.changed_views.add(job_id)
+            return
         state.seq += 1
         event_rows.append(rows.job_event_row(event, state.seq))
         state.history.append(event)

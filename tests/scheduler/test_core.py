@@ -182,8 +182,36 @@ def test_spec_resume_from_resolves_the_latest_checkpoint_of_that_job() -> None:
         )
         for i in range(2)
     ]
-    _, placed = run(s, node("a"), *stored, submit("new", resume_from="old"))
+    decided = run(s, node("a", 2), submit("old"), *stored, submit("new", resume_from="old"))
+    (placed,) = [e for e in decided if isinstance(e, AttemptScheduled) and e.job_id == "new"]
     assert placed.resume_from is not None and placed.resume_from.name == "c1"
+
+
+def test_resume_from_another_tenants_job_gets_none_of_its_checkpoints() -> None:
+    s = state()
+    theirs = submit("theirs").model_copy(update={"tenant": "victim"})
+    stored = CheckpointStored(
+        job_id="theirs", attempt=1, occurred_at=T0, name="c", uri="file:///c", sha256="s", bytes=1
+    )
+    decided = run(s, node("a", 2), theirs, stored, submit("mine", resume_from="theirs"))
+    (placed,) = [e for e in decided if isinstance(e, AttemptScheduled) and e.job_id == "mine"]
+    assert placed.resume_from is None
+
+
+def test_a_second_job_submitted_for_a_job_id_is_ignored_and_noted() -> None:
+    s = state()
+    first = submit("j")
+    intruder = JobSubmitted(
+        job_id="j",
+        occurred_at=T0,
+        tenant="other",
+        spec=JobSpec(image="gridledger/python:latest", resources={"gpus": 1}),
+    )
+    run(s, node("a"), first, intruder, first)  # the first again: a redelivery, not a second
+    entry = s.jobs["j"]
+    assert (entry.tenant, entry.submitted.event_id, entry.spec) == ("t", first.event_id, first.spec)
+    assert len(s.anomalies) == 1 and intruder.event_id in s.anomalies[0]
+    assert s.owners == {"j": "t"}
 
 
 def test_cancelled_and_terminal_jobs_leave_the_queue_and_free_capacity() -> None:

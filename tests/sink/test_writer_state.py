@@ -11,12 +11,13 @@ import pytest
 
 from projections.accounting import account
 from projections.history import is_job_event, unique
-from schemas.events import Event, MeterTick
+from schemas.events import Event, JobSubmitted, MeterTick
+from schemas.spec import JobSpec
 from services.settings import Settings
 from services.sink.tables import upsert
 from services.sink.writer import ReadModelWriter
 from tests.sink.pg import private_schema
-from tests.sink.scenario import run_facts
+from tests.sink.scenario import at, run_facts
 from tests.sink.test_writer_batches import build, stream, tables, topic
 
 pytestmark = pytest.mark.integration
@@ -162,3 +163,25 @@ def test_job_event_payloads_are_the_models_json() -> None:
 
     for event in run_facts("job-1", exit_code=1).all():
         assert json.loads(dump(event)) == event.model_dump(mode="json")
+
+
+async def test_a_second_job_submitted_is_kept_out_of_the_first_jobs_rows(
+    pg: tuple[Settings, asyncpg.Pool],
+) -> None:
+    settings, _ = pg
+    script = run_facts("job-resubmitted")
+    events = script.all()
+    intruder = JobSubmitted(
+        job_id="job-resubmitted",
+        occurred_at=at(1.5),
+        producer="api/x",
+        tenant="other",
+        spec=JobSpec(image="gridledger/python:latest", env={"THEIRS": "1"}),
+    )
+    clean = await build(settings, events, [len(events)])
+    attacked = await build(settings, [events[0], intruder, *events[1:], intruder], [2, 5])
+    for table in ("job_events", "attempts", "accounting_records", "failures"):
+        assert attacked[table] == clean[table], table
+    (row,) = attacked["jobs"]
+    assert "THEIRS" not in row and '"tenant": "other"' not in row
+    assert "a second JobSubmitted for this job id; ignored" in row and intruder.event_id in row
