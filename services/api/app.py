@@ -713,7 +713,6 @@ UNAVAILABLE = Reply(
     "application/problem+json with Retry-After: a dependency (broker, Postgres, object store) "
     "is away; nothing was recorded",
     m.ProblemDetail,
-    model_media="application/problem+json",
 )
 OPERATIONS: tuple[Operation, ...] = (
     Operation(

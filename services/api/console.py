@@ -13,6 +13,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from services.api.models import ProblemDetail
 from services.api.openapi import Operation, Reply
 
 STATIC = Path(__file__).parent / "static"
@@ -100,7 +101,7 @@ OPERATIONS: tuple[Operation, ...] = (
             200: Reply(
                 "the file", media={t: {"schema": {"type": "string"}} for t in ASSET_TYPES.values()}
             ),
-            404: Reply("no such asset", media={"text/plain": {"schema": {"type": "string"}}}),
+            404: Reply("no such asset", ProblemDetail),
         },
         public=True,
         tags=("console",),

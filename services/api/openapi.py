@@ -19,6 +19,7 @@ from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
+from services.api.errors import PROBLEM_JSON
 from services.api.models import ErrorBody, ProblemDetail, Problems
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -66,18 +67,14 @@ class Operation:
     tags: tuple[str, ...] = ("jobs",)
 
 
-UNAUTHORIZED = Reply(
-    "missing or unknown bearer token",
-    ProblemDetail,
-    model_media="application/problem+json",
-)
+UNAUTHORIZED = Reply("missing or unknown bearer token", ProblemDetail)
 NOT_FOUND = Reply("no such job for this tenant (another tenant's job looks the same)", ErrorBody)
 SERVICE_UNAVAILABLE = Reply(
     "application/problem+json with Retry-After: the read models (Postgres) are away",
     ProblemDetail,
-    model_media="application/problem+json",
 )
 INVALID_QUERY = Reply("a query parameter is invalid: which one and how to fix it", Problems)
+INVALID_CURSOR = Reply("the cursor is not one this API gave out", Problems)
 
 
 def _path_parameters(path: str) -> list[dict[str, Any]]:
@@ -127,6 +124,8 @@ def _responses(op: Operation, refs: dict[Any, Any]) -> dict[str, Any]:
         replies.setdefault(404, NOT_FOUND)
     if op.query is not None:
         replies.setdefault(422, INVALID_QUERY)
+        if "cursor" in op.query.model_fields:
+            replies.setdefault(400, INVALID_CURSOR)
     if not op.public and op.path.startswith("/v1/"):
         # Every read can meet an outage of the read models (errors.middleware).
         replies.setdefault(503, SERVICE_UNAVAILABLE)
@@ -134,7 +133,9 @@ def _responses(op: Operation, refs: dict[Any, Any]) -> dict[str, Any]:
     for status, reply in sorted(replies.items()):
         content = dict(reply.media)
         if reply.model is not None:
-            content[reply.model_media] = {"schema": refs[(reply.model, "serialization")]}
+            # Every refusal and failure is a problem document (errors.middleware).
+            media = PROBLEM_JSON if status >= 400 else reply.model_media
+            content[media] = {"schema": refs[(reply.model, "serialization")]}
         out[str(status)] = {"description": reply.description, "content": content}
     return out
 

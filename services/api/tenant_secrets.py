@@ -300,17 +300,12 @@ OPERATIONS: tuple[Operation, ...] = (
         {
             200: Reply("replaced", m.SecretInfo),
             201: Reply("stored", m.SecretInfo),
-            409: Reply(
-                "the tenant holds the most secrets it may",
-                m.ProblemDetail,
-                model_media=errors.PROBLEM_JSON,
-            ),
+            409: Reply("the tenant holds the most secrets it may", m.ProblemDetail),
             422: Reply(
                 "the name or the value was refused: the field, the problem, the fix",
                 m.ProblemDetail,
-                model_media=errors.PROBLEM_JSON,
             ),
-        },  # fmt: skip
+        },
         body=m.SecretValue,
         tags=("secrets",),
     ),
@@ -322,7 +317,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Remove one of the tenant's secrets",
         {
             200: Reply("removed", m.SecretRemoved),
-            404: Reply("no secret by that name", m.ProblemDetail, model_media=errors.PROBLEM_JSON),
+            404: Reply("no secret by that name", m.ProblemDetail),
         },
         tags=("secrets",),
     ),
@@ -336,19 +331,9 @@ OPERATIONS: tuple[Operation, ...] = (
             200: Reply(
                 "the values by variable, and the secrets the tenant has not set", m.AgentSecrets
             ),
-            401: Reply(
-                "not this node's agent credential", m.ProblemDetail, model_media=errors.PROBLEM_JSON
-            ),
-            403: Reply(
-                "the attempt is scheduled on another node",
-                m.ProblemDetail,
-                model_media=errors.PROBLEM_JSON,
-            ),
-            409: Reply(
-                "the attempt is not recorded yet; retry",
-                m.ProblemDetail,
-                model_media=errors.PROBLEM_JSON,
-            ),
+            401: Reply("not this node's agent credential", m.ProblemDetail),
+            403: Reply("the attempt is scheduled on another node", m.ProblemDetail),
+            409: Reply("the attempt is not recorded yet; retry", m.ProblemDetail),
         },  # fmt: skip
         body=m.AgentSecretsRequest,
         agent=True,

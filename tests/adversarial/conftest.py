@@ -1,5 +1,6 @@
 """The adversarial suite's fixture: one :class:`~tests.adversarial.stack.Hostile` installation
-per test module, started on the shared broker, Postgres and Docker daemon with its own home,
+for the whole suite (every attack runs against the same services, as a real one would),
+started on the shared broker, Postgres and Docker daemon with its own home,
 topics, schema, API port and object store, and removed afterwards."""
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from tests.objectstore import PrivateStore
 from tests.system.conftest import workdir
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def hostile(object_store: PrivateStore) -> Iterator[Hostile]:
-    """A started installation (services, two agents, two tenants) for one test module."""
+    """A started installation (services, two agents, two tenants) for the suite."""
     base = load_settings()
     require_stack(base)
     work = workdir()

@@ -1,6 +1,6 @@
 """The adversarial suite's installation: every service and two agents, two tenants.
 
-One :class:`Hostile` set per test module (``conftest.py``: its own home, topics,
+One :class:`Hostile` set for the suite (``conftest.py``: its own home, topics,
 Postgres schema, API port, tokens file, and the session's private object store):
 ``gridledger sink``, ``api``, ``scheduler`` and ``processors`` as real processes
 under the ops supervisor (nothing restarted: a service that exits fails the

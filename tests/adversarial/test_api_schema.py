@@ -2,8 +2,8 @@
 
 Every operation of ``/openapi.json`` is called with generated requests (valid and
 invalid bodies, queries and path parameters) as the attacker tenant. What must hold
-for every answer: no 5xx; the status, content type, headers and body match what
-the document declares. The CI subset
+for every answer: no 5xx; every 4xx is ``application/problem+json``; the status,
+content type, headers and body match what the document declares. The CI subset
 tries :data:`QUICK_EXAMPLES` requests per operation, the full set
 (``GRIDLEDGER_ADVERSARIAL_FULL=1``) :data:`FULL_EXAMPLES`. Afterwards every check of
 :mod:`tests.adversarial.after` holds.
@@ -25,8 +25,25 @@ from tests.adversarial.stack import Hostile, full
 
 pytestmark = pytest.mark.integration
 
-QUICK_EXAMPLES = 8
+QUICK_EXAMPLES = 5
 FULL_EXAMPLES = 200
+
+PROBLEM_JSON = "application/problem+json"
+
+
+@schemathesis.check
+def client_errors_are_problem_json(ctx: Any, response: Any, case: Any) -> bool | None:
+    """A refusal tells the user what broke which rule, always in one format (RFC 9457)."""
+    if 400 <= response.status_code < 500:
+        media = next((v for k, v in response.headers.items() if k.lower() == "content-type"), "")
+        media = media[0] if isinstance(media, list) else media
+        if not str(media).startswith(PROBLEM_JSON):
+            raise AssertionError(f"a {response.status_code} answered {media!r}, not {PROBLEM_JSON}")
+        body = response.json()
+        if not (isinstance(body, dict) and body.get("title") and body.get("detail")):
+            raise AssertionError(f"a {response.status_code} problem without title/detail: {body}")
+    return None
+
 
 CHECKS = [
     checks.not_a_server_error,
@@ -34,6 +51,7 @@ CHECKS = [
     openapi_checks.content_type_conformance,
     openapi_checks.response_headers_conformance,
     openapi_checks.response_schema_conformance,
+    client_errors_are_problem_json,
 ]
 
 
