@@ -123,9 +123,7 @@ REFUSALS: tuple[Refusal, ...] = (
         None,
     ),
     Refusal("20,000-deep JSON", _deep(20_000), (400, 413, 422), None),
-    Refusal(
-        "a 2 MiB spec", _json(_spec(env={"BLOB": "x" * (2 * 1024 * 1024)})), (413, 422), None
-    ),
+    Refusal("a 2 MiB spec", _json(_spec(env={"BLOB": "x" * (2 * 1024 * 1024)})), (413, 422), None),
     Refusal(
         "a spec just under the body limit but over the spec budget",
         _json(_spec(env={f"V{i}": "x" * 60_000 for i in range(15)})),
@@ -158,7 +156,7 @@ def send(hostile: Hostile, refusal: Refusal) -> tuple[int, str, Any]:
         },
     )
     try:
-        with urllib.request.urlopen(request, timeout=60) as reply:  # noqa: S310 - loopback
+        with urllib.request.urlopen(request, timeout=60) as reply:
             return reply.status, reply.headers.get("Content-Type", ""), json.loads(reply.read())
     except urllib.error.HTTPError as exc:
         raw = exc.read()
