@@ -23,6 +23,7 @@ from infra import processes
 from infra.status import ComponentStatus
 from schemas.errors import StackError
 from services.settings import Settings, redact_dsn
+from services.transport import pg_options
 
 SERVER_USER = "postgres"
 """OS user running the server when ``dev up`` runs as root."""
@@ -234,7 +235,7 @@ async def _ensure_role_and_database(conn: asyncpg.Connection) -> None:
 async def check(settings: Settings) -> None:
     """One round-trip with the services' own DSN."""
     try:
-        conn = await asyncpg.connect(settings.dsn, timeout=5)
+        conn = await asyncpg.connect(settings.dsn, timeout=5, **pg_options(settings))
         try:
             await conn.fetchval("SELECT 1")
         finally:

@@ -90,6 +90,7 @@ async def test_the_services_pool_speaks_verified_tls_with_a_password(
             await pool.close()
 
     assert await eventually(encrypted, "a verified TLS connection to Postgres") is True
+    await postgres.check(settings)  # what `dev up` asks of an external Postgres
     assert PASSWORD not in settings.dsn and PASSWORD not in repr(settings)
 
 
