@@ -260,6 +260,7 @@ async def dry_run_job(request: web.Request) -> web.Response:
         "nodes_checked": len(fleet),
         "fit": report.model_dump(mode="json"),
         "spec": spec.model_dump(mode="json"),
+        "warnings": credentials.warnings(spec.env),
     }
     return web.json_response(body)
 

@@ -188,6 +188,9 @@ class DryRun(ApiModel):
     nodes_checked: int = Field(description="registered, not drained nodes the fit was checked on")
     fit: FitReport
     spec: JobSpec = Field(description="the spec as it would be recorded, defaults filled in")
+    warnings: list[SpecWarning] = Field(
+        default_factory=list, description="what a submit would warn about (as in Created)"
+    )
 
 
 class JobSummary(ApiModel):

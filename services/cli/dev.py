@@ -106,14 +106,15 @@ def topics(out: Output) -> int:
     return 0
 
 
-@dev.command("init", short_help="first start of a deployment: tokens and S3 credentials")
+@dev.command("init", short_help="first start of a deployment: tokens, S3 credentials, secrets key")
 @click.option(
     "--s3-identities",
     type=click.Path(dir_okay=False, path_type=Path),
     help="also write SeaweedFS's -s3.config (its identities) here",
 )
 def init(s3_identities: Path | None) -> int:
-    """Write the API tokens and the per-tenant object-store credentials unless they exist.
+    """Write the API tokens, the per-tenant object-store credentials and the secrets key
+    unless they exist.
 
     For deployments whose parts `dev up` does not start (docker-compose). Existing files
     are kept: tokens and credentials stay valid across restarts.
@@ -125,6 +126,11 @@ def init(s3_identities: Path | None) -> int:
     click.echo(f"tokens:         {settings.tokens_path} ({'created' if wrote else 'kept'})")
     wrote = seaweedfs.ensure_credentials(settings)
     click.echo(f"s3 credentials: {settings.s3_credentials_path} ({'written' if wrote else 'kept'})")
+    from services import secretstore
+
+    wrote = secretstore.ensure_key(settings)
+    where = "GRIDLEDGER_SECRETS_KEY" if settings.secrets_key else secretstore.key_path(settings)
+    click.echo(f"secrets key:    {where} ({'created' if wrote else 'kept'})")
     if s3_identities is not None:
         wrote = seaweedfs.write_s3_config(settings, s3_identities)
         click.echo(f"s3 identities:  {s3_identities} ({'written' if wrote else 'kept'})")

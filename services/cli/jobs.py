@@ -88,12 +88,13 @@ def submit(
         if exc.status in (400, 413, 422) and isinstance(exc.body, dict):
             return refused(out, file, exc.body)
         raise
+    reply = checked if dry_run else created
+    for w in reply.get("warnings") or []:
+        click.echo(f"warning: {w['field']}: {w['problem']}\n    fix: {w['fix']}", err=True)
     if dry_run:
         out.emit(checked, _dry_run_text)
         return Exit.OK if checked["would"] == "queue" else Exit.JOB_FAILED
     job_id = created["job_id"]
-    for w in created.get("warnings") or []:
-        click.echo(f"warning: {w['field']}: {w['problem']}\n    fix: {w['fix']}", err=True)
     if not wait_end:
         # The pre-flight fit runs within milliseconds of the submit: wait for it briefly so
         # an impossible job is reported here, with its numbers, not on a later status call.

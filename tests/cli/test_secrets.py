@@ -50,6 +50,8 @@ async def test_submit_warns_about_a_credential_in_env_and_points_at_secrets(
     spec.write_text(
         "image: gridledger/busybox:latest\nenv: {HF_TOKEN: hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123}\n"
     )
+    assert await gridledger("submit", str(spec), "--dry-run") == 0
+    assert "warning: env.HF_TOKEN" in capsys.readouterr().err
     assert await gridledger("submit", str(spec), "--json") == 0
     out, err = capsys.readouterr()
     (warning,) = json.loads(out)["warnings"]
