@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from schemas.events import RetryScheduled
+from schemas.spec import JobSpec
 from tests.projections.histories import JobHistory, fleet, job_spec
 
 TRACEBACK = ("Traceback (most recent call last):", '  File "/app/train.py", line 42, in <module>')
@@ -76,35 +77,34 @@ def missing_libcudart() -> JobHistory:
     )
 
 
-def entrypoint_not_found() -> JobHistory:
-    h = JobHistory(spec=job_spec(command=["trian.py"]))
+def _start_fails(spec: JobSpec, error_kind: str, message: str) -> JobHistory:
+    """Placed, held and the image resolved, then the agent cannot start the container."""
+    h = JobHistory(spec=spec)
     h.submit()
     h.wait(1).queue()
     h.wait(4).schedule()
     h.wait(2).accept()
     h.hold()
     h.wait(3).image_ok()
-    h.wait(1).start_failed(
+    h.wait(1).start_failed(error_kind, message)
+    h.wait(1).release("start_failed")
+    return h
+
+
+def entrypoint_not_found() -> JobHistory:
+    return _start_fails(
+        job_spec(command=["trian.py"]),
         "entrypoint_not_found",
         "OCI runtime create failed: runc create failed: unable to start container process: "
         'exec: "trian.py": executable file not found in $PATH: unknown',
     )
-    h.wait(1).release("start_failed")
-    return h
 
 
 def secret_missing() -> JobHistory:
     """The spec names a secret its tenant never set: the agent says so before the container."""
-    h = JobHistory(spec=job_spec(secrets={"HF_TOKEN": "hf-token"}))
-    h.submit()
-    h.wait(1).queue()
-    h.wait(4).schedule()
-    h.wait(2).accept()
-    h.hold()
-    h.wait(3).image_ok()
-    h.wait(1).start_failed("secret_missing", "hf-token (for HF_TOKEN)")
-    h.wait(1).release("start_failed")
-    return h
+    return _start_fails(
+        job_spec(secrets={"HF_TOKEN": "hf-token"}), "secret_missing", "hf-token (for HF_TOKEN)"
+    )
 
 
 def missing_data_file() -> JobHistory:
