@@ -25,6 +25,7 @@ class Exit(IntEnum):
     NOT_AUTHORISED = 6
     CONFLICT = 7
     ERROR = 8
+    TIMED_OUT = 9
     INTERRUPTED = 130
 
 
@@ -41,6 +42,7 @@ MEANINGS: dict[Exit, str] = {
     Exit.NOT_AUTHORISED: "no token, or the API refused it: `gridledger login`",
     Exit.CONFLICT: "the job's state does not allow it (e.g. cancel of a job that already ended)",
     Exit.ERROR: "any other error the message explains (API error, local stack error, config)",
+    Exit.TIMED_OUT: "a wait's `--timeout` passed before the job ended; the job goes on",
     Exit.INTERRUPTED: "interrupted (Ctrl-C)",
 }
 """What each code means, in the words of ``gridledger --help`` and the README."""

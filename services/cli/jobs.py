@@ -18,10 +18,12 @@ from services.cli.exits import CliError, Exit
 from services.cli.explain import STATUS_LINES, explain
 from services.cli.options import (
     Connection,
+    Deadline,
     Output,
     api_options,
     complete_job,
     output_options,
+    timeout_option,
 )
 
 # --------------------------------------------------------------------------- submit
@@ -59,6 +61,7 @@ def refused(out: Output, file: str, body: dict[str, Any]) -> int:
     help="Check the spec and its fit against the live fleet; nothing is recorded. "
     "Exit 0 if it would queue, 1 if it would be rejected, 3 if the spec is invalid.",
 )
+@timeout_option
 @api_options
 @output_options
 def submit(
@@ -68,6 +71,7 @@ def submit(
     wait_end: bool,
     idempotency_key: str | None,
     dry_run: bool,
+    deadline: Deadline,
 ) -> int:
     """Submit a job spec (YAML or JSON; - reads stdin).
 
@@ -109,7 +113,7 @@ def submit(
         return 0
     if not out.machine:
         click.echo(f"submitted {render.bold(job_id)}", err=True)
-    job = wait(api, job_id, quiet=out.machine)
+    job = wait(api, job_id, quiet=out.machine, deadline=deadline)
     out.emit(job, explain)
     return Exit.OK if job.get("status") == "succeeded" else Exit.JOB_FAILED
 
@@ -140,10 +144,17 @@ def _past_preflight(api: ApiClient, job_id: str, timeout_s: float = 5.0) -> dict
 
 
 def wait(
-    api: ApiClient, job_id: str, *, quiet: bool = False, poll_s: float = 1.0
+    api: ApiClient,
+    job_id: str,
+    *,
+    quiet: bool = False,
+    poll_s: float = 1.0,
+    deadline: Deadline | None = None,
 ) -> dict[str, Any]:
     """Poll until the job is terminal, printing each status change to stderr
-    (with a live line of the current state and the time waited on a terminal)."""
+    (with a live line of the current state and the time waited on a terminal);
+    a TIMED_OUT error once ``deadline`` passed."""
+    deadline = deadline or Deadline()
     last = None
     began = time.monotonic()
     with render.Progress(enabled=not quiet) as progress:
@@ -154,6 +165,7 @@ def wait(
                 # The sink may not have recorded a brand-new job yet.
                 if exc.status != 404 or time.monotonic() - began > 30:
                     raise
+                deadline.check("not recorded", job_id)
                 time.sleep(poll_s)
                 continue
             status = job["status"]
@@ -164,6 +176,7 @@ def wait(
                 last = status
             if status in TERMINAL_STATUSES:
                 return job
+            deadline.check(status, job_id)
             progress.update(f"{render.status(status)} for {job_id}, waited {elapsed}")
             time.sleep(poll_s)
 
@@ -182,9 +195,14 @@ def _statuses(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
     return chosen
 
 
-def _jobs_table(jobs: list[dict[str, Any]], clock: render.Clock) -> str:
-    rows = [
-        [
+def _jobs_table(jobs: list[dict[str, Any]], clock: render.Clock, wide: bool = False) -> str:
+    """The listing; ``wide`` (-o wide) adds GPUs, the last change, whose side and the summary."""
+    headers = ["JOB", "STATUS", "NAME", "IMAGE", "ATT", clock.header("SUBMITTED"), "FAILURE"]
+    if wide:
+        headers += ["GPUS", clock.header("UPDATED"), "SIDE", "SUMMARY"]
+    rows = []
+    for j in jobs:
+        row = [
             j["job_id"],
             render.status(j["status"]),
             j["name"],
@@ -193,9 +211,14 @@ def _jobs_table(jobs: list[dict[str, Any]], clock: render.Clock) -> str:
             clock.format(j["submitted_at"]),
             j["failure_class"],
         ]
-        for j in jobs
-    ]
-    headers = ["JOB", "STATUS", "NAME", "IMAGE", "ATT", clock.header("SUBMITTED"), "FAILURE"]
+        if wide:
+            row += [
+                j.get("gpus"),
+                clock.format(j.get("updated_at")),
+                j.get("attribution"),
+                j.get("summary"),
+            ]
+        rows.append(row)
     return render.table(headers, rows)
 
 
@@ -299,6 +322,7 @@ def _more_hint(page: JobPage, statuses: list[str], limit: int) -> str:
     metavar="S",
     help="Seconds between refreshes of --watch.",
 )
+@timeout_option
 @api_options
 @output_options
 def status(
@@ -311,23 +335,29 @@ def status(
     cursor: str | None,
     watch: bool,
     interval: float,
+    deadline: Deadline,
 ) -> int:
     """One job's state, attempts and failure; without JOB, your jobs, newest first.
 
     With --watch, a single job is watched until it ends (exit code as for
-    `submit --wait`); a listing is watched until Ctrl-C. With -o json|yaml,
-    --watch prints one document per change.
+    `submit --wait`; 9 when --timeout passed first); a listing is watched until
+    Ctrl-C or --timeout (exit 0). With -o json|yaml, --watch prints one document
+    per change.
     """
     api = conn.client
     if job:
         if watch:
-            return watch_job(api, job, out, interval)
+            return watch_job(api, job, out, interval, deadline)
         out.emit(api.get(f"/v1/jobs/{job}"), lambda j: _job_text(j, out.clock))
         return 0
     if watch:
-        return watch_jobs(api, out, statuses, None if every else limit, interval)
+        return watch_jobs(api, out, statuses, None if every else limit, interval, deadline)
     page = list_jobs(api, statuses, None if every else limit, cursor)
-    out.emit(page.jobs, lambda jobs: _jobs_table(jobs, out.clock))
+    out.emit(
+        page.jobs,
+        lambda jobs: _jobs_table(jobs, out.clock),
+        wide=lambda jobs: _jobs_table(jobs, out.clock, wide=True),
+    )
     if page.next_cursor:
         click.echo(_more_hint(page, statuses, limit), err=True)
     return 0
@@ -349,7 +379,7 @@ def _print_change(job: dict[str, Any], out: Output) -> None:
     click.echo(out.line(job) if out.machine else _change_line(job, out.clock))
 
 
-def watch_job(api: ApiClient, job_id: str, out: Output, interval: float) -> int:
+def watch_job(api: ApiClient, job_id: str, out: Output, interval: float, deadline: Deadline) -> int:
     """Follow one job until it ends; exit 0 only if it succeeded."""
     with render.Live(enabled=not out.machine) as live:
         seen: tuple[Any, ...] | None = None
@@ -363,6 +393,7 @@ def watch_job(api: ApiClient, job_id: str, out: Output, interval: float) -> int:
             seen = key
             if job["status"] in TERMINAL_STATUSES:
                 return Exit.OK if job["status"] == "succeeded" else Exit.JOB_FAILED
+            deadline.check(job["status"], job_id)
             time.sleep(interval)
 
 
@@ -379,21 +410,29 @@ def _summary(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def watch_jobs(
-    api: ApiClient, out: Output, statuses: list[str], limit: int | None, interval: float
+    api: ApiClient,
+    out: Output,
+    statuses: list[str],
+    limit: int | None,
+    interval: float,
+    deadline: Deadline,
 ) -> int:
-    """Redraw the listing (terminal) or print each job whose state changed, until Ctrl-C."""
+    """Redraw the listing (terminal) or print each job whose state changed, until Ctrl-C or
+    the deadline (exit 0: a listing awaits nothing)."""
     seen: dict[str, tuple[Any, ...]] = {}
     with render.Live(enabled=not out.machine) as live:
         while True:
             page = list_jobs(api, statuses, limit)
             if live.on:
-                live.show(_jobs_table(page.jobs, out.clock))
+                live.show(_jobs_table(page.jobs, out.clock, wide=out.format == "wide"))
             else:
                 for job in reversed(page.jobs):  # oldest first, as events happen
                     key = (job["status"], job.get("attempt"))
                     if seen.get(job["job_id"]) != key:
                         _print_change(job, out)
                         seen[job["job_id"]] = key
+            if deadline.passed():
+                return Exit.OK
             time.sleep(interval)
 
 
@@ -477,9 +516,12 @@ HOLDING = frozenset({"starting", "running", "lost_contact"})
 @click.argument("job", shell_complete=complete_job)
 @click.option("--reason", default="", help="Recorded with the cancel.")
 @click.option("--wait", "wait_end", is_flag=True, help="Wait until the job has ended.")
+@timeout_option
 @api_options
 @output_options
-def cancel(conn: Connection, out: Output, job: str, reason: str, wait_end: bool) -> int:
+def cancel(
+    conn: Connection, out: Output, job: str, reason: str, wait_end: bool, deadline: Deadline
+) -> int:
     """Cancel JOB: a queued job ends at once; a running one is stopped.
 
     A running container gets SIGTERM and the node's stop grace (GRIDLEDGER_AGENT_STOP_GRACE_S,
@@ -512,7 +554,7 @@ def cancel(conn: Connection, out: Output, job: str, reason: str, wait_end: bool)
     out.emit(answer, text)
     if not wait_end:
         return Exit.OK
-    ended = wait(api, job, quiet=out.machine)
+    ended = wait(api, job, quiet=out.machine, deadline=deadline)
     if out.machine:
         click.echo(out.line(_summary(ended)))
     return Exit.OK if ended["status"] == "cancelled" else Exit.JOB_FAILED

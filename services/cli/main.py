@@ -142,7 +142,7 @@ def cli(profile: str | None) -> None:
     """Execution layer for containerised GPU jobs, built as an event-sourced ledger.
 
     Works from any folder once `gridledger login` has written the config file.
-    Every command that prints a result takes -o json|yaml|table.
+    Every command that prints a result takes -o table|wide|json|yaml|name|jsonpath=EXPR.
     """
 
 

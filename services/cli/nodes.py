@@ -10,7 +10,9 @@ from services.cli import render
 from services.cli.options import Connection, Output, api_options, output_options
 
 
-def _nodes_table(nodes: list[dict[str, Any]], clock: render.Clock) -> str:
+def _nodes_table(nodes: list[dict[str, Any]], clock: render.Clock, wide: bool = False) -> str:
+    """The fleet; ``wide`` (-o wide) adds the free GPU indices, host memory, the agent's
+    version and the inventory note."""
     rows = []
     for n in nodes:
         models = sorted({g["model"] for g in n["gpus"]})
@@ -33,8 +35,18 @@ def _nodes_table(nodes: list[dict[str, Any]], clock: render.Clock) -> str:
                 n["inventory_source"],
             ]
         )
+        if wide:
+            rows[-1] += [
+                ",".join(str(i) for i in n["free_gpu_indices"]) or "-",
+                n.get("host_memory_mb"),
+                n.get("agent_version"),
+                n.get("inventory_note"),
+            ]
     headers = ["NODE", "STATUS", "PROVIDER", "REGION", "GPUS", "FREE", "RUNNING"]
-    return render.table(headers + [clock.header("LAST HEARTBEAT"), "INVENTORY"], rows)
+    headers += [clock.header("LAST HEARTBEAT"), "INVENTORY"]
+    if wide:
+        headers += ["FREE GPUS", "HOST MB", "AGENT", "INVENTORY NOTE"]
+    return render.table(headers, rows)
 
 
 @click.command("nodes")
@@ -42,7 +54,11 @@ def _nodes_table(nodes: list[dict[str, Any]], clock: render.Clock) -> str:
 @output_options
 def nodes(conn: Connection, out: Output) -> int:
     """The fleet: status, GPUs, free and running, last heartbeat, inventory source."""
-    out.emit(conn.client.get("/v1/nodes")["nodes"], lambda n: _nodes_table(n, out.clock))
+    out.emit(
+        conn.client.get("/v1/nodes")["nodes"],
+        lambda n: _nodes_table(n, out.clock),
+        wide=lambda n: _nodes_table(n, out.clock, wide=True),
+    )
     return 0
 
 

@@ -4,9 +4,9 @@
 ``conn`` (a :class:`Connection`, which resolves the URL and token as
 :mod:`services.cli.config` says and builds the API client only when first
 used, so ``--help`` and usage errors never need a token). ``@output_options``
-adds ``-o/--output json|yaml|table`` (``--json`` is an alias of ``-o json``;
-``@rows_output_options`` adds ``csv``) and ``--utc``, and passes ``out`` (an
-:class:`Output`, whose ``clock`` formats times). A command takes what it needs::
+adds ``-o/--output table|wide|json|yaml|name|jsonpath=EXPR`` (``--json`` is an alias
+of ``-o json``; ``@rows_output_options`` adds ``csv``) and ``--utc``, and passes ``out``
+(an :class:`Output`, whose ``clock`` formats times). A command takes what it needs::
 
     @click.command()
     @click.argument("job")
@@ -23,8 +23,9 @@ import csv
 import functools
 import io
 import json
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import click
@@ -33,12 +34,22 @@ import yaml
 from services.cli import config
 from services.cli.client import ApiClient
 from services.cli.exits import CliError, Exit
+from services.cli.jsonpath import JsonPath, JsonPathError
 from services.cli.render import Clock
 from services.settings import Settings, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-FORMATS = ("table", "json", "yaml")
+FORMATS = ("table", "wide", "json", "yaml", "name")
+"""What ``-o`` takes: a table (``wide``: with more columns where a command has them), the
+whole document (JSON, YAML), only the names (``name``: job ids, node ids, paths; one a
+line), and :data:`JSONPATH`."""
+
+JSONPATH = "jsonpath=EXPR"
+"""``-o jsonpath=EXPR``: the fields a JSONPath expression picks (:mod:`services.cli.jsonpath`)."""
+
+NAME_KEYS = ("job_id", "node_id", "path", "profile", "name")
+"""What ``-o name`` prints of each item: its first key of these that it has."""
 
 
 @dataclass
@@ -84,6 +95,8 @@ class Output:
 
     format: str = "table"
     utc: bool = False
+    path: JsonPath | None = None
+    """The expression of ``-o jsonpath=EXPR``."""
 
     @functools.cached_property
     def clock(self) -> Clock:
@@ -92,28 +105,42 @@ class Output:
 
     @property
     def machine(self) -> bool:
-        """JSON or YAML: print only the document on stdout, no progress or colour."""
-        return self.format != "table"
+        """Not a table: print only the document (or what -o picks of it) on stdout, no
+        progress or colour."""
+        return self.format not in ("table", "wide")
 
     def dump(self, data: Any) -> str:
-        """The whole document in the chosen machine format (YAML or JSON)."""
+        """The whole document in the chosen machine format, or what ``name``/``jsonpath``
+        pick of it."""
         if self.format == "yaml":
             return yaml.safe_dump(_plain(data), sort_keys=False, allow_unicode=True).rstrip("\n")
+        if self.format == "name":
+            return "\n".join(names(_plain(data)))
+        if self.path is not None:
+            return self.path.render(_plain(data))
         return json.dumps(data, indent=2, default=str)
 
     def line(self, data: Any) -> str:
         """One document per line (JSON) or per ``---`` document (YAML), for streams."""
         if self.format == "yaml":
             return "---\n" + self.dump(data)
-        return json.dumps(data, default=str)
+        if self.format == "json":
+            return json.dumps(data, default=str)
+        return self.dump(data)
 
-    def emit(self, data: Any, text: Callable[[Any], str | None] | None = None) -> None:
-        """Print ``data`` as JSON/YAML, or as ``text(data)`` for the table format."""
+    def emit(
+        self,
+        data: Any,
+        text: Callable[[Any], str | None] | None = None,
+        wide: Callable[[Any], str | None] | None = None,
+    ) -> None:
+        """Print ``data`` in the chosen format: ``text(data)`` for the table (``wide(data)``
+        for ``-o wide`` where the command has more columns), the document otherwise."""
         if self.machine or text is None:
-            click.echo(self.dump(data))
-            return
-        rendered = text(data)
-        if rendered is not None:
+            rendered: str | None = self.dump(data)
+        else:
+            rendered = (wide or text)(data) if self.format == "wide" else text(data)
+        if rendered:
             click.echo(rendered)
 
     def emit_rows(
@@ -133,6 +160,110 @@ class Output:
             writer.writeheader()
             writer.writerows(rows)
         click.echo(buffer.getvalue(), nl=False)
+
+
+def names(data: Any) -> list[str]:
+    """``-o name``: each item's name (:data:`NAME_KEYS`); a document holding a list of items
+    (``{"nodes": [...]}``) names its items."""
+    if isinstance(data, list):
+        return [n for item in data for n in names(item)]
+    if isinstance(data, dict):
+        for key in NAME_KEYS:
+            if isinstance(data.get(key), str | int):
+                return [str(data[key])]
+        return [n for value in data.values() if isinstance(value, list) for n in names(value)]
+    return []
+
+
+class OutputFormat(click.ParamType):
+    """``-o``'s value: one of ``formats`` or ``jsonpath=EXPR``, whose expression is compiled
+    here, so a bad one is a usage error before anything runs."""
+
+    name = "FORMAT"
+
+    def __init__(self, formats: tuple[str, ...] = FORMATS) -> None:
+        self.formats = formats
+
+    @property
+    def shown(self) -> tuple[str, ...]:
+        """Every value, as ``-h`` and errors list them."""
+        return (*self.formats, JSONPATH)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        """What ``-h`` shows as the value."""
+        return "[" + "|".join(self.shown) + "]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """``(format, JsonPath or None)``."""
+        if isinstance(value, tuple):
+            return value
+        text = str(value)
+        if text in self.formats:
+            return text, None
+        if text.startswith("jsonpath="):
+            try:
+                return "jsonpath", JsonPath.compile(text.removeprefix("jsonpath="))
+            except JsonPathError as exc:
+                self.fail(str(exc), param, ctx)
+        self.fail(f"{text!r} is none of {', '.join(self.shown)}", param, ctx)
+
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[Any]:
+        """The formats, ``jsonpath=`` without an expression."""
+        from click.shell_completion import CompletionItem
+
+        choices = [*self.formats, "jsonpath="]
+        return [CompletionItem(c) for c in choices if c.startswith(incomplete)]
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a wait gives up (``--timeout``); no limit without one."""
+
+    timeout_s: float | None = None
+    began: float = field(default_factory=time.monotonic)
+
+    def passed(self) -> bool:
+        """True once the timeout is over (never without one)."""
+        return self.timeout_s is not None and time.monotonic() - self.began >= self.timeout_s
+
+    def check(self, what: str, job_id: str) -> None:
+        """Raise the TIMED_OUT error once the timeout is over: ``what`` is the job's state."""
+        if self.passed():
+            raise CliError(
+                f"gave up waiting after {self.timeout_s:g} s (--timeout): {job_id} is still "
+                f"{what}; it goes on (`gridledger status {job_id} --watch` to follow it)",
+                Exit.TIMED_OUT,
+            )
+
+
+def _timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> Deadline:
+    if value is None:
+        return Deadline()
+    from services.cli.render import parse_duration
+
+    seconds = parse_duration(value)
+    if seconds is None:
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = None
+    if seconds is None or seconds <= 0:
+        raise click.BadParameter(f"{value!r} is no duration; use seconds or e.g. 90s, 10m, 1h")
+    return Deadline(seconds)
+
+
+def timeout_option(f: F) -> F:
+    """Add ``--timeout DURATION`` to a command that waits; it receives ``deadline``."""
+    return click.option(
+        "--timeout",
+        "deadline",
+        metavar="DURATION",
+        callback=_timeout,
+        help="Give up waiting after this long (seconds, or 90s, 10m, 1h); exit 9 then, "
+        "the job goes on. Default: no limit.",
+    )(f)
 
 
 def complete_job(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
@@ -226,9 +357,15 @@ def rows_output_options(f: F) -> F:
 
 def _output_options(f: F, formats: tuple[str, ...]) -> F:
     @functools.wraps(f)
-    def wrapper(*args: Any, output: str | None, as_json: bool, utc: bool, **kwargs: Any) -> Any:
-        chosen = "json" if as_json else (output or "table")
-        return f(*args, out=Output(chosen, utc=utc), **kwargs)
+    def wrapper(
+        *args: Any,
+        output: tuple[str, JsonPath | None] | None,
+        as_json: bool,
+        utc: bool,
+        **kwargs: Any,
+    ) -> Any:
+        chosen, path = ("json", None) if as_json else (output or ("table", None))
+        return f(*args, out=Output(chosen, utc=utc, path=path), **kwargs)
 
     wrapper = click.option(
         "--utc",
@@ -241,7 +378,9 @@ def _output_options(f: F, formats: tuple[str, ...]) -> F:
     wrapper = click.option(
         "-o",
         "--output",
-        type=click.Choice(formats),
-        help="Output format (default: table; plain text when piped).",
+        type=OutputFormat(formats),
+        help="Output format (default: table; plain text when piped). wide: more columns; "
+        "name: the ids, one a line; jsonpath=EXPR: the fields EXPR picks, e.g. "
+        "'jsonpath={.status}' or 'jsonpath={[*].job_id}'.",
     )(wrapper)
     return wrapper  # type: ignore[return-value]
