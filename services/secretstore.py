@@ -195,26 +195,30 @@ class StoredSecret:
     value_bytes: int
 
 
-async def put(pool: asyncpg.Pool, key: SecretsKey, tenant: str, name: str, value: bytes) -> bool:
-    """Store (or replace) ``tenant``'s secret ``name``; True when it is new."""
-    sealed = key.seal(tenant, name, value)
-    created = await pool.fetchval(
+async def put(
+    pool: asyncpg.Pool, key: SecretsKey, tenant: str, name: str, value: bytes
+) -> tuple[StoredSecret, bool] | None:
+    """Store (or replace) ``tenant``'s secret ``name``: what is stored and whether it is new;
+    None (nothing stored) when it would be a new secret past :data:`MAX_SECRETS_PER_TENANT`."""
+    row = await pool.fetchrow(
         "INSERT INTO tenant_secrets (tenant, name, sealed, value_bytes, created_at, updated_at)"
-        " VALUES ($1, $2, $3, $4, now(), now())"
+        " SELECT $1, $2, $3, $4, now(), now()"
+        " WHERE EXISTS (SELECT 1 FROM tenant_secrets WHERE tenant = $1 AND name = $2)"
+        "    OR (SELECT count(*) FROM tenant_secrets WHERE tenant = $1) < $5"
         " ON CONFLICT (tenant, name) DO UPDATE SET sealed = EXCLUDED.sealed,"
         " value_bytes = EXCLUDED.value_bytes, updated_at = now()"
-        " RETURNING created_at = updated_at",
+        " RETURNING name, created_at, updated_at, value_bytes, created_at = updated_at AS new",
         tenant,
         name,
-        sealed,
+        key.seal(tenant, name, value),
         len(value),
+        MAX_SECRETS_PER_TENANT,
     )
-    return bool(created)
-
-
-async def count(pool: asyncpg.Pool, tenant: str) -> int:
-    """How many secrets ``tenant`` holds."""
-    return int(await pool.fetchval("SELECT count(*) FROM tenant_secrets WHERE tenant = $1", tenant))
+    if row is None:
+        return None
+    fields = dict(row)
+    new = bool(fields.pop("new"))
+    return StoredSecret(**fields), new
 
 
 async def listing(pool: asyncpg.Pool, tenant: str) -> list[StoredSecret]:

@@ -126,19 +126,17 @@ async def set_secret(request: web.Request, pool: asyncpg.Pool, key: SecretsKey) 
             f"a secret is 1 to {secretstore.MAX_VALUE_BYTES} bytes of text without NUL; "
             "put data files in the image or an output instead",
         )
-    if await secretstore.count(pool, tenant) >= secretstore.MAX_SECRETS_PER_TENANT and not any(
-        s.name == name for s in await secretstore.listing(pool, tenant)
-    ):
+    stored = await secretstore.put(pool, key, tenant, name, value)
+    if stored is None:
         return _refused(
             "name",
             f"the tenant already holds {secretstore.MAX_SECRETS_PER_TENANT} secrets",
             "remove unused ones first (`gridledger secret rm NAME`)",
             status=409,
         )
-    created = await secretstore.put(pool, key, tenant, name, value)
+    info, created = stored
     log.info("tenant %s %s secret %s", tenant, "set" if created else "replaced", name)
-    stored = next(s for s in await secretstore.listing(pool, tenant) if s.name == name)
-    return web.json_response(_info(stored), status=201 if created else 200)
+    return web.json_response(_info(info), status=201 if created else 200)
 
 
 @_with_key

@@ -127,3 +127,14 @@ async def test_an_agent_gets_the_secrets_of_its_own_attempt_from_the_job_s_tenan
         "/v1/secrets", headers={"Authorization": f"Bearer {key.agent_token('node-a')}"}
     )
     assert listing.status == 401
+
+
+async def test_a_tenant_past_its_secret_limit_may_replace_but_not_add(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("services.secretstore.MAX_SECRETS_PER_TENANT", 1)
+    assert (await put(api, "one", "v1")).status == 201
+    refused = await put(api, "two", "v2")
+    assert refused.status == 409 and (await refused.json())["problems"][0]["field"] == "name"
+    assert (await put(api, "one", "v1b")).status == 200
+    assert (await put(api, "two", "v2", token=OTHER_TOKEN)).status == 201  # per tenant
