@@ -68,7 +68,7 @@ POOL = web.AppKey("pool", asyncpg.Pool)
 PRODUCER = web.AppKey("producer", str)
 SUBMISSIONS = web.AppKey("submissions", idempotency.Submissions)
 SIGNER = web.AppKey("signer", artifacts.Signer)
-ID_KEY = web.AppKey("id_key", bytes)
+ID_KEY = web.AppKey("id_key", idempotency.IdKey)
 """The HMAC key of keyed job ids (services/api/idempotency.py)."""
 OPENAPI = web.AppKey("openapi", dict)
 ROUTES = web.AppKey("routes", tuple)
@@ -164,7 +164,7 @@ async def submit_job(request: web.Request) -> web.Response:
         return await _accepted(request, event.job_id, event.event_id, warned)
 
     # One key, one job (services/api/idempotency.py has the rule).
-    job_id = idempotency.job_id_for(request.app[ID_KEY], tenant, key)
+    job_id = idempotency.job_id_for(request.app[ID_KEY].get(), tenant, key)
     event_id = idempotency.event_id_for(tenant, key)
     digest = idempotency.spec_digest(spec)
 
@@ -730,7 +730,12 @@ OPERATIONS: tuple[Operation, ...] = (
                 m.Created,
             ),
             503: UNAVAILABLE,
-            400: Reply("the body is not JSON or YAML", m.Problems),
+            400: Reply(
+                "the body is not JSON or YAML, is nested too deep or has a too long number, "
+                "or a header (Idempotency-Key, X-Gridledger-Submitter) is invalid",
+                m.Problems,
+            ),
+            404: Reply("resume_from names no job of this tenant", m.ErrorBody),
             409: Reply("the Idempotency-Key was used with another spec", m.ErrorBody),
             413: Reply("the body is larger than the limit", m.Problems),
             422: Reply("the spec is invalid: each field, the problem and the fix", m.Problems),
@@ -758,7 +763,6 @@ OPERATIONS: tuple[Operation, ...] = (
                 m.DryRun,
             ),
             503: UNAVAILABLE,
-            400: Reply("the body is not JSON or YAML", m.Problems),
             413: Reply("the body is larger than the limit", m.Problems),
             422: Reply("the spec is invalid: each field, the problem and the fix", m.Problems),
         },
@@ -771,7 +775,10 @@ OPERATIONS: tuple[Operation, ...] = (
         list_jobs,
         "listJobs",
         "The tenant's jobs, newest first, a page at a time",
-        {200: Reply("a page; follow next_cursor until it is null", m.JobPage)},
+        {
+            200: Reply("a page; follow next_cursor until it is null", m.JobPage),
+            400: Reply("the cursor is not one this API issued", m.Problems),
+        },
         query=m.ListJobsQuery,
     ),
     Operation(
@@ -840,9 +847,13 @@ OPERATIONS: tuple[Operation, ...] = (
         "Ask for the job to be cancelled",
         {
             202: Reply("CancelRequested recorded", m.CancelAccepted),
+            400: Reply("the body is not JSON", m.Problems),
             409: Reply("the job is already terminal", m.ErrorBody),
+            422: Reply("the reason is invalid", m.Problems),
             503: UNAVAILABLE,
         },
+        body=m.CancelRequest,
+        body_required=False,
     ),
     Operation(
         "GET",
@@ -986,7 +997,7 @@ def build_app(
     app[PRODUCER] = f"api/{socket.gethostname()}"
     app[SUBMISSIONS] = idempotency.Submissions()
     app[SIGNER] = artifacts.Signer(settings)
-    app[ID_KEY] = idempotency.id_key(settings)
+    app[ID_KEY] = idempotency.IdKey(settings)
     app[ROUTES] = operations
     app[OPENAPI] = openapi_document(operations)
     tenant_secrets.install(app, settings, pool)

@@ -88,6 +88,20 @@ def id_key(settings: Settings) -> bytes:
     return _read_key(path)
 
 
+class IdKey:
+    """:func:`id_key`, read (or made) at the first keyed submit, not when the app is built."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._key: bytes | None = None
+
+    def get(self) -> bytes:
+        """The key."""
+        if self._key is None:
+            self._key = id_key(self.settings)
+        return self._key
+
+
 def _read_key(path: Path) -> bytes:
     key = path.read_text().strip().encode()
     if not key:

@@ -59,6 +59,7 @@ class Operation:
     query: type[BaseModel] | None = None
     body: type[BaseModel] | None = None
     body_media: tuple[str, ...] = ("application/json",)
+    body_required: bool = True
     headers: tuple[Header, ...] = ()
     public: bool = False
     """Served without a bearer token (health, this document, the console's static pages)."""
@@ -171,7 +172,7 @@ def openapi_document(operations: Sequence[Operation]) -> dict[str, Any]:
         if op.body is not None:
             schema = refs[(op.body, "validation")]
             item["requestBody"] = {
-                "required": True,
+                "required": op.body_required,
                 "content": {media: {"schema": schema} for media in op.body_media},
             }
         paths.setdefault(op.path, {})[op.method.lower()] = item

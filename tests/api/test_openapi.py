@@ -102,3 +102,42 @@ def test_console_pages_and_health_are_public_and_the_api_is_not(tmp_path: Path) 
         for op in item.values():
             if path not in public:
                 assert "401" in op["responses"], path
+
+
+def test_the_document_states_the_specs_limits_and_every_refusal_is_problem_json(
+    tmp_path: Path,
+) -> None:
+    import re
+
+    from schemas.spec import LIMITS, MIN_CPUS, MIN_MEMORY_GB, RESERVED_ENV_PATTERN
+
+    _, doc = app_and_document(tmp_path)
+    schemas = doc["components"]["schemas"]
+    spec, resources = schemas["JobSpec"]["properties"], schemas["Resources"]["properties"]
+    assert spec["name"]["maxLength"] == LIMITS["name_chars"] and "pattern" in spec["name"]
+    assert spec["command"]["maxItems"] == LIMITS["command_items"]
+    assert "pattern" in spec["command"]["items"]
+    names = spec["env"]["propertyNames"]
+    assert names["not"]["pattern"] == RESERVED_ENV_PATTERN
+    for reserved in ("NVIDIA_VISIBLE_DEVICES", "cuda_visible_devices", "GRIDLEDGER_X"):
+        assert re.match(RESERVED_ENV_PATTERN, reserved), reserved
+    assert not re.match(RESERVED_ENV_PATTERN, "CUDA_HOME")
+    assert spec["env"]["maxProperties"] == LIMITS["env_items"]
+    assert resources["memory_gb"]["minimum"] == MIN_MEMORY_GB
+    assert resources["cpus"]["minimum"] == MIN_CPUS
+    vram = next(s for s in resources["min_vram_gb"]["anyOf"] if s.get("type") == "number")
+    assert vram["maximum"] > 0
+    # Control characters are outside every string's pattern (schemathesis sees the rule).
+    assert not re.match(spec["name"]["pattern"], "a\x00b")
+    assert re.match(spec["command"]["items"]["pattern"], "a\n\tb")
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            for status, response in op["responses"].items():
+                if int(status) >= 400:
+                    assert list(response["content"]) == ["application/problem+json"], (
+                        method,
+                        path,
+                        status,
+                    )
+    cancel = doc["paths"]["/v1/jobs/{job_id}/cancel"]["post"]
+    assert cancel["requestBody"]["required"] is False
