@@ -123,6 +123,9 @@ def decode_token(token: str, scope: str) -> list[Any]:
         raise ValueError("not a cursor this API issued (wrong shape)")  # noqa: TRY004
     if issued != scope:
         raise ValueError("the cursor belongs to another query (other parameters or endpoint)")
+    if any(not isinstance(v, str | None) or (v and character_problem(v)) for v in key):
+        # Its values reach SQL as parameters: a NUL there would be a 500, not a 400.
+        raise ValueError("not a cursor this API issued (not a page key)")
     return key
 
 
@@ -145,7 +148,7 @@ def decode_cursor(token: str, scope: str = "jobs") -> JobCursor:
     except ValueError as exc:
         raise ValueError(f"not a cursor this API issued ({exc})") from exc
     job_id = key[1]
-    if len(job_id) > LIMITS["job_id_chars"] or character_problem(job_id):
+    if len(job_id) > LIMITS["job_id_chars"]:
         raise ValueError("not a cursor this API issued (not a job id)")
     if moment is not None and moment.tzinfo is None:
         raise ValueError("not a cursor this API issued (a time without its zone)")

@@ -121,8 +121,10 @@ async def test_a_bad_query_is_a_422_naming_the_parameter(
     assert problem["field"] == field and fix in problem["fix"]
 
 
-def forged(value: object) -> str:
-    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+def forged(value: object, scope: str = "jobs") -> str:
+    """A token shaped as the API's (its query's scope and a page key), with a forged key."""
+    raw = json.dumps([scope, value]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 @pytest.mark.parametrize(
@@ -138,6 +140,7 @@ def forged(value: object) -> str:
         forged({"a": 1}),
         forged([1, 2]),
         forged([[[[[[]]]]], "x"]),
+        base64.urlsafe_b64encode(b"[" * 300 + b"]" * 300).decode(),
         "x" * 2000,
     ],
 )
@@ -148,3 +151,15 @@ async def test_a_forged_or_garbage_cursor_is_a_400_naming_it(api: Api, cursor: s
     body = await response.json()
     assert body["error"] in ("invalid_cursor", "invalid_query")
     assert body["problems"][0]["field"] == "cursor"
+
+
+async def test_a_forged_usage_cursor_with_a_nul_is_a_400_not_a_500(api: Api) -> None:
+    from services.api.usage import scope
+
+    token = forged(["2026-12-01T00:00:00+00:00"], scope("day", [], None, None))
+    response = await api.client.get(f"/v1/usage?cursor={token}", headers=api.auth())
+    assert response.status == 200, await response.text()  # a well-formed key: a page
+    token = forged(["2026-12-01T00:00:00+00:00", "a\u0000b"], scope("day", ["region"], None, None))
+    response = await api.client.get(f"/v1/usage?by=region&cursor={token}", headers=api.auth())
+    assert response.status == 400, await response.text()
+    assert (await response.json())["problems"][0]["field"] == "cursor"
