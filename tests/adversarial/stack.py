@@ -34,6 +34,14 @@ from tests.system.conftest import BUSYBOX, TERMINAL, System, system_settings
 VICTIM = "dev"
 ATTACKER = "other"
 NODES = ("adv-a", "adv-b")
+MIB = 1024 * 1024
+AGENT_LIMITS = {
+    "GRIDLEDGER_AGENT_MAX_OUTPUT_FILE_BYTES": str(MIB),
+    "GRIDLEDGER_AGENT_MAX_OUTPUT_JOB_BYTES": str(2 * MIB),
+    "GRIDLEDGER_AGENT_PIDS_LIMIT": "64",
+}
+"""Small caps, so an attack passes them in a second: 1 MiB a file, 2 MiB an attempt, 64
+processes a container."""
 
 
 def full() -> bool:
@@ -71,7 +79,7 @@ class Hostile(System):
             for tenant in (VICTIM, ATTACKER)
         }
         for node in NODES:
-            self.start_agent(node)
+            self.start_agent(node, env=AGENT_LIMITS)
         self.pids = {name: child.pid for name, child in self.services.children.items() if child.pid}
         return self
 

@@ -115,11 +115,18 @@ class System:
                 "--inventory", str(inventory)]  # fmt: skip
 
     def start_agent(
-        self, node_id: str, provider: str = "acme", count: int = 2, wrapper: list[str] | None = None
+        self,
+        node_id: str,
+        provider: str = "acme",
+        count: int = 2,
+        wrapper: list[str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
-        """A real agent process (``wrapper`` runs it under, e.g., ``faketime``)."""
+        """A real agent process (``wrapper`` runs it under, e.g., ``faketime``; ``env`` adds
+        settings to :data:`AGENT_ENV`)."""
         args = self.agent_args(node_id, provider, count)
-        self.services.start(ServiceSpec(f"agent-{node_id}", args, AGENT_ENV, wrapper=wrapper or []))
+        env = {**AGENT_ENV, **(env or {})}
+        self.services.start(ServiceSpec(f"agent-{node_id}", args, env, wrapper=wrapper or []))
         if node_id not in self.nodes:
             self.nodes.append(node_id)
         self.wait_for(lambda: self.node_ready(node_id), 90, f"agent {node_id} to register")
