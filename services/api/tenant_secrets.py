@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 NODE_KEY = web.RequestKey("node", str)
 NODE_HEADER = "X-Gridledger-Node"
 
+OVER = frozenset({"lost", "ended", "superseded"})
+"""Attempt statuses past which no container of the attempt may start."""
 RECORDED_WAIT_S = 5.0
 """How long a resolve waits for the sink to record the attempt before a 409 (retried)."""
 
@@ -224,6 +226,14 @@ async def resolve_secrets(
             "The attempt is not scheduled on this node",
             f"attempt {asked.attempt} of {asked.job_id} is not scheduled on node {node}",
         )
+    if row["status"] in OVER:
+        return errors.problem(
+            410,
+            "attempt_over",
+            "The attempt is over",
+            f"attempt {asked.attempt} of {asked.job_id} is {row['status']}; its secrets are no "
+            "longer handed out",
+        )
     wanted: dict[str, str] = json.loads(row["secrets"] or "{}")
     try:
         values, missing = await secretstore.reveal(
@@ -266,7 +276,7 @@ async def _scheduled(pool: asyncpg.Pool, job_id: str, attempt: int) -> asyncpg.R
     while True:
         row = await pool.fetchrow(
             "SELECT j.job_id, j.tenant, (j.view -> 'spec' -> 'secrets')::text AS secrets,"
-            " a.node_id FROM jobs j JOIN attempts a ON a.job_id = j.job_id"
+            " a.node_id, a.status FROM jobs j JOIN attempts a ON a.job_id = j.job_id"
             " WHERE j.job_id = $1 AND a.attempt = $2 AND a.node_id <> ''",
             job_id,
             attempt,
@@ -332,6 +342,7 @@ OPERATIONS: tuple[Operation, ...] = (
             401: Reply("not this node's agent credential", m.ProblemDetail),
             403: Reply("the attempt is scheduled on another node", m.ProblemDetail),
             409: Reply("the attempt is not recorded yet; retry", m.ProblemDetail),
+            410: Reply("the attempt is over (released, lost or superseded)", m.ProblemDetail),
         },  # fmt: skip
         body=m.AgentSecretsRequest,
         agent=True,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from schemas.events import AttemptScheduled, JobSubmitted
+from schemas.events import AttemptScheduled, ComputeReleased, JobSubmitted
 from schemas.spec import JobSpec
 from services.secretstore import SecretsKey, load_key
 from tests.api.conftest import OTHER_TOKEN, Api
@@ -122,6 +122,20 @@ async def test_an_agent_gets_the_secrets_of_its_own_attempt_from_the_job_s_tenan
     assert forged.status == 401 and forged.content_type == "application/problem+json"
     tenant = await resolve(api, "job-sec1", "node-a", "tok-dev")
     assert tenant.status == 401
+    # Once the attempt released its compute, no container of it may start: no values.
+    await api.ledger.append(
+        ComputeReleased(
+            job_id="job-sec1",
+            attempt=1,
+            occurred_at=at(9),
+            producer="agent/node-a",
+            node_id="node-a",
+            reason="exited",
+        )
+    )
+    await api.sink.catch_up()
+    over = await resolve(api, "job-sec1", "node-a", key.agent_token("node-a"))
+    assert over.status == 410 and VALUE not in await over.text()
     # ... and an agent token is no tenant token.
     listing = await api.client.get(
         "/v1/secrets", headers={"Authorization": f"Bearer {key.agent_token('node-a')}"}
