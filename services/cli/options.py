@@ -23,6 +23,7 @@ import csv
 import functools
 import io
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -75,16 +76,25 @@ class Connection:
 
     @functools.cached_property
     def client(self) -> ApiClient:
-        """An API client for the target; a CliError with advice when there is no token."""
+        """An API client for the target; a CliError with advice when there is no token.
+
+        When the saved tokens belong to other APIs and a person is at the terminal, the
+        token for this API is asked for (without echo) instead.
+        """
         target = self.target
-        if not target.token:
+        token, token_from = target.token, target.token_from
+        if not token and target.withheld and sys.stdin.isatty():
+            click.echo(f"{target.withheld}; a saved token is only sent to its own API", err=True)
+            token = click.prompt(f"token for {target.api_url}", hide_input=True, err=True)
+            token_from = "the token typed at the prompt"
+        if not token:
             raise CliError(
                 config.no_token_advice(self.settings, target.withheld), Exit.NOT_AUTHORISED
             )
         return ApiClient(
             target.api_url,
-            target.token,
-            token_from=target.token_from,
+            token.strip(),
+            token_from=token_from,
             insecure_http=self.insecure_http,
         )
 

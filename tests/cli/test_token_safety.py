@@ -3,7 +3,14 @@ and record every header they are sent."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import termios
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,6 +24,8 @@ from services.cli.client import ApiClient, check_transport
 from services.cli.config import Profile, UserConfig
 from services.cli.exits import CliError, Exit
 from services.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -138,3 +147,45 @@ def test_plain_http_is_refused_off_this_machine_unless_allowed(
     assert not ApiClient("http://gridledger.example.test", "t").insecure_http
     monkeypatch.setenv("GRIDLEDGER_INSECURE_HTTP", "1")  # the flag's variable
     assert ApiClient("http://gridledger.example.test", "t").insecure_http
+
+
+def test_at_a_terminal_the_token_for_the_other_api_is_asked_for(
+    servers: tuple[Recorder, Recorder], private_config: Path, tmp_path: Path
+) -> None:
+    home_api, other_api = servers
+    UserConfig(private_config, "lab", {"lab": Profile("lab", home_api.url, "tok-lab")}).save()
+    env = {
+        **os.environ,
+        "GRIDLEDGER_CONFIG": str(private_config),
+        "GRIDLEDGER_HOME": str(tmp_path / "no-stack"),
+    }
+    leader, follower = pty.openpty()  # a terminal for the CLI's stdin
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", "status", "-o", "json"]
+            + ["--api", other_api.url],
+            stdin=follower,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,  # the pty becomes its controlling terminal (/dev/tty)
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+        )
+        shown = b""
+        # Type only once the hidden prompt is on the terminal: turning echo off flushes
+        # what was typed before.
+        while not shown:
+            ready, _, _ = select.select([leader], [], [], 60)
+            assert ready, f"no prompt on the terminal; it showed {shown!r}"
+            shown += os.read(leader, 1024)
+        os.write(leader, b"tok-typed-for-b\n")
+        out, err = process.communicate(timeout=60)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert process.returncode == Exit.OK, err.decode()
+    assert b"is for " + home_api.url.encode() in err and b"token for " in err
+    assert b"tok-typed-for-b" not in shown  # not echoed
+    assert other_api.tokens_seen == ["Bearer tok-typed-for-b"]
+    assert home_api.seen == []
