@@ -123,7 +123,12 @@ def put_confined(
     checked by :func:`services.agent.confine.open_artifact` (which raises ArtifactRefusedError or
     ArtifactMissingError for what the job wrote) and read from that descriptor only."""
     with open_artifact(root, path, caps, used, deadline_s) as source:
-        return store.put(tenant, job_id, attempt, path, source)
+        stored = store.put(tenant, job_id, attempt, path, source)
+        if source.raw.changed():
+            # A running job rewrote it while it went up: the object may not hash to the sha256
+            # read first. Not recorded, so nothing refers to it; the next scan stores it again.
+            raise ArtifactStoreError(f"'{path}' changed while it was stored; not recorded")
+        return stored
 
 
 class MeteredStore:

@@ -198,7 +198,7 @@ def open_artifact(
         st = os.fstat(fd)
         check_regular(path, st)
         check_size(path, st.st_size, caps, used)
-        reader = BoundedReader(fd, path, st.st_size, time.monotonic() + deadline_s)
+        reader = BoundedReader(fd, path, st, time.monotonic() + deadline_s)
     except BaseException:
         os.close(fd)
         raise
@@ -213,13 +213,20 @@ class BoundedReader(io.RawIOBase):
     checks the deadline, so a slow file never holds the thread past it.
     """
 
-    def __init__(self, fd: int, path: str, size: int, deadline: float) -> None:
+    def __init__(self, fd: int, path: str, opened: os.stat_result, deadline: float) -> None:
         super().__init__()
         self.fd = fd
         self.path = path
-        self.size = size
+        self.opened = opened
+        self.size = opened.st_size
         self.deadline = deadline
         self._pos = 0
+
+    def changed(self) -> bool:
+        """Whether the file was written since it was opened (its ctime, which no job can set
+        back, or its size moved): the bytes read may not be the ones hashed."""
+        now = os.fstat(self.fd)
+        return (now.st_ctime_ns, now.st_size) != (self.opened.st_ctime_ns, self.opened.st_size)
 
     def readable(self) -> bool:
         """Always."""

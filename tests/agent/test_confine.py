@@ -156,3 +156,13 @@ def test_listing_checkpoints_lists_links_but_never_follows_or_descends(
     assert sorted(listing) == ["epoch1/step_10.pt", "host", "passwd", "step_20.pt"]
     assert listing["step_20.pt"][0] == 2
     assert list_files(out, "absent") == {}
+
+
+def test_a_file_written_while_it_is_read_is_told_apart(out: Path) -> None:
+    (out / "ckpt.pt").write_bytes(b"one")
+    with open_artifact(out, "ckpt.pt", CAPS) as f:
+        assert not f.raw.changed()
+        f.read()
+        # A rewrite moves the ctime (at the kernel's clock tick) and here the size too.
+        (out / "ckpt.pt").write_bytes(b"three")
+        assert f.raw.changed()
