@@ -45,7 +45,7 @@ from schemas.events import (
     agent_fact,
     fact_key,
 )
-from schemas.spec import reserved_env
+from schemas.spec import MIN_CPUS, MIN_MEMORY_GB, reserved_env
 from services.agent import meter
 from services.agent.artifacts import StoredArtifact, checkpoint_step, put_confined
 from services.agent.confine import Caps, list_files
@@ -335,8 +335,9 @@ class AttemptRunner:
                 LABEL_ATTEMPT: str(s.attempt),
                 LABEL_NODE: ctx.node_id,
             },
-            memory_limit_bytes=int(s.spec.resources.memory_gb * 1024**3),
-            nano_cpus=int(s.spec.resources.cpus * 1e9),
+            # Never 0 (Docker's "no limit"), even for a spec the API did not check.
+            memory_limit_bytes=max(int(s.spec.resources.memory_gb * 1024**3), _MIN_MEMORY),
+            nano_cpus=max(int(s.spec.resources.cpus * 1e9), _MIN_NANO_CPUS),
             output_dir=output,
             user=f"{uid}:{gid}",
             pids_limit=ctx.agent.pids_limit,
@@ -673,6 +674,9 @@ class AttemptRunner:
             message=exc.message,
         )
 
+
+_MIN_MEMORY = int(MIN_MEMORY_GB * 1024**3)
+_MIN_NANO_CPUS = int(MIN_CPUS * 1e9)
 
 _SKIPPED = (".tmp", ".partial", ".part", ".swp")
 """Checkpoint files still being written, by the usual suffixes: never stored."""

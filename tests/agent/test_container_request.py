@@ -149,3 +149,15 @@ def test_the_resume_checkpoint_is_mounted_and_named_in_the_env(tmp_path: Path):
     assert request.resume_file == downloaded
     assert request.resume_target == "/gridledger/resume/step_5.pt"
     assert request.env["GRIDLEDGER_RESUME_FROM"] == "/gridledger/resume/step_5.pt"
+
+
+def test_a_limit_never_rounds_to_no_limit(tmp_path: Path):
+    runner = _runner(tmp_path, "declared")
+    spec = runner.record.scheduled.spec
+    tiny = spec.resources.model_copy(update={"memory_gb": 1e-10, "cpus": 1e-10})
+    runner.record.scheduled = runner.record.scheduled.model_copy(
+        update={"spec": spec.model_copy(update={"resources": tiny})}
+    )
+    request = runner._container_request()
+    assert request.memory_limit_bytes == int(0.01 * 1024**3)
+    assert request.nano_cpus == 10_000_000
