@@ -99,6 +99,7 @@ class AttemptRunner:
         self._logs: LogFollower | None = None
         self._pending_checkpoints: dict[str, tuple[int, int]] = {}
         self._checkpoint_failures: dict[str, int] = {}
+        self._checkpoint_folder_refused = False
         if record.cancel_requested:
             self._stop_reason = "cancelled"
             self._stop_request.set()
@@ -562,9 +563,12 @@ class AttemptRunner:
     async def _scan_checkpoints(self, final: bool) -> None:
         r, ctx = self.record, self.ctx
         prefix = r.scheduled.spec.checkpoints or ""
+        if self._checkpoint_folder_refused:
+            return
         try:
             listing = await ctx.blocking(list_files, self._output_dir(), prefix, _SKIPPED)
         except ArtifactRefusedError as exc:  # the folder itself is a link (or passes through one)
+            self._checkpoint_folder_refused = True  # for good: nothing below it is stored
             await self._refused(exc, required=False)
             return
         except ArtifactMissingError:
