@@ -221,11 +221,13 @@ class BoundedReader(io.RawIOBase):
         self.size = opened.st_size
         self.deadline = deadline
         self._pos = 0
+        self._last: os.stat_result | None = None
 
     def changed(self) -> bool:
         """Whether the file was written since it was opened (its ctime, which no job can set
-        back, or its size moved): the bytes read may not be the ones hashed."""
-        now = os.fstat(self.fd)
+        back, or its size moved): the bytes read may not be the ones hashed. Answers after a
+        close too (an upload library may close what it read)."""
+        now = self._last or os.fstat(self.fd)
         return (now.st_ctime_ns, now.st_size) != (self.opened.st_ctime_ns, self.opened.st_size)
 
     def readable(self) -> bool:
@@ -264,8 +266,9 @@ class BoundedReader(io.RawIOBase):
         return done
 
     def close(self) -> None:
-        """Close the descriptor (once)."""
+        """Close the descriptor (once), keeping its last fstat for :meth:`changed`."""
         if not self.closed:
+            self._last = os.fstat(self.fd)
             os.close(self.fd)
         super().close()
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from services import s3client
-from services.agent.artifacts import S3Store, checkpoint_step
+from services.agent.artifacts import S3Store, checkpoint_step, put_confined
+from services.agent.confine import Caps
 from services.agent.errors import ArtifactChecksumError, ArtifactStoreError
 from services.objectstore import ObjectRef, ObjectStoreError, object_key
 from tests.objectstore import PrivateStore
@@ -92,6 +93,19 @@ def test_a_tenant_without_credentials_gets_an_error_naming_the_file(
     source.write_text("x")
     with pytest.raises(ArtifactStoreError, match="no 'agent' S3 credential for tenant 'nobody'"):
         store.put("nobody", "job-4", 1, "out.txt", io.BytesIO(source.read_bytes()))
+
+
+@pytest.mark.parametrize("size", [10, s3client.PART_BYTES + 1])
+def test_a_confined_file_goes_up_from_its_descriptor(
+    store: S3Store, object_store: PrivateStore, tmp_path: Path, size: int
+):
+    (tmp_path / "ckpt").mkdir()
+    data = os.urandom(size)
+    (tmp_path / "ckpt" / "step_1.pt").write_bytes(data)
+    caps = Caps(file_bytes=size, job_bytes=size)
+    stored = put_confined(store, "dev", "job-6", 1, tmp_path, "ckpt/step_1.pt", caps, 0, 60)
+    assert (stored.bytes, stored.sha256) == (size, hashlib.sha256(data).hexdigest())
+    assert object_store.read(stored.uri) == data
 
 
 def test_keys_never_leave_the_job_prefix():
