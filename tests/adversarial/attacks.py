@@ -25,6 +25,8 @@ class Attack:
     outputs: tuple[str, ...] = ()
     refused: tuple[str, ...] = ()
     checkpoints: str | None = None
+    log_says: str = ""
+    """A regular expression the job's logs must match (what stopped it)."""
     quick: bool = False
     """Part of the CI subset (the rest runs with GRIDLEDGER_ADVERSARIAL_FULL=1)."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -116,6 +118,8 @@ ATTACKS = (
     Attack(
         "a-fork-bomb",
         "",
+        # It forked, and it stopped below the suite's pids limit (64).
+        log_says=r"forked ([1-9]|[1-5][0-9]|6[0-3]): Resource temporarily unavailable",
         extra={
             "image": PYTHON,
             "command": ["python3", "-c", BOMB],

@@ -11,6 +11,7 @@ the rows marked ``quick``; ``GRIDLEDGER_ADVERSARIAL_FULL=1`` runs them all.
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from typing import Any
 
@@ -82,6 +83,9 @@ def test_a_hostile_job_stores_nothing_but_its_own_files_and_pays(
         assert path in stored, (path, sorted(stored))
     if attack.refused:
         assert failure.get("failure_class") == "optional_output_refused", failure
+    if attack.log_says:
+        logs = logs_text(hostile, job_id).decode(errors="replace")
+        assert re.search(attack.log_says, logs), logs[-2000:]
     check_all(hostile)
 
 

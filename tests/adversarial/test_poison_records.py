@@ -16,15 +16,18 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import pytest
 
 from schemas import codec
+from schemas.events import CancelRequested, JobSubmitted
+from schemas.spec import JobSpec
 from services.ledger import Ledger
 from services.ledger.client import DLQ_CONSUMER, DLQ_SOURCE_TOPIC
 from services.settings import TOPIC_NAMES
 from tests.adversarial.after import check_all
-from tests.adversarial.stack import NODES, Hostile
+from tests.adversarial.stack import ATTACKER, NODES, Hostile, sh_job
 from tests.processors.harness import submitted
 from tests.system.conftest import BUSYBOX
 
@@ -115,3 +118,35 @@ def test_poison_on_every_topic_stops_no_service(hostile: Hostile) -> None:
         60,
         f"dead letters {sorted(wanted)}",
     )
+
+
+async def append_past_the_edge(hostile: Hostile, job_id: str) -> None:
+    """A submission and a cancel with NUL and control characters, appended straight to the
+    ledger (what a hostile producer, or a bug past the API's validation, could write)."""
+    spec = JobSpec.model_validate(sh_job("sleep 30")).model_copy(update={"name": "nul\x00x\x1b[2J"})
+    now = datetime.now(UTC)
+    async with Ledger(hostile.settings, "attacker") as ledger:
+        await ledger.append(
+            JobSubmitted(
+                job_id=job_id, occurred_at=now, producer="api/attacker", tenant=ATTACKER, spec=spec
+            )
+        )
+        await ledger.append(
+            CancelRequested(
+                job_id=job_id,
+                occurred_at=now,
+                producer="api/attacker",
+                requested_by=f"{ATTACKER}\x00",
+                reason="stop\x00now\x07",
+            )
+        )
+
+
+def test_a_nul_past_the_edge_stops_no_service_and_the_job_ends(hostile: Hostile) -> None:
+    job_id = f"job-{secrets.token_hex(16)}"
+    asyncio.run(append_past_the_edge(hostile, job_id))
+    hostile.attacker_jobs.append(job_id)
+    hostile.wait_settled(ATTACKER, [job_id])
+    doc = hostile.job_of(ATTACKER, job_id)
+    assert doc["status"] == "cancelled", doc
+    check_all(hostile)
