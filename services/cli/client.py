@@ -183,9 +183,10 @@ class ApiClient:
         with self._request(method, path, body) as response:
             return json.loads(response.read())
 
-    def stream(self, path: str) -> Iterator[dict[str, Any]]:
-        """NDJSON lines of a streamed response, as they arrive."""
-        with self._request("GET", path, timeout=3600) as response:
+    def stream(self, path: str, timeout: float = 3600.0) -> Iterator[dict[str, Any]]:
+        """NDJSON lines of a streamed response, as they arrive; a read that waits longer than
+        ``timeout`` raises TimeoutError."""
+        with self._request("GET", path, timeout=timeout) as response:
             for line in response:
                 if line.strip():
                     yield json.loads(line)

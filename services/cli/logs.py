@@ -11,7 +11,15 @@ import click
 from schemas.views import TERMINAL_STATUSES
 from services.cli import render
 from services.cli.exits import CliError, Exit
-from services.cli.options import Connection, Output, api_options, complete_job, output_options
+from services.cli.options import (
+    Connection,
+    Deadline,
+    Output,
+    api_options,
+    complete_job,
+    output_options,
+    timeout_option,
+)
 
 TRUNCATED = "\n[gridledger: log quota reached; later output was dropped]\n"
 
@@ -46,6 +54,7 @@ def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> str
 @click.option(
     "-t", "--timestamps", is_flag=True, help="Prefix each line with the time it was read."
 )
+@timeout_option
 @output_options
 @api_options
 def logs(
@@ -58,6 +67,7 @@ def logs(
     since: str | None,
     stream: str | None,
     timestamps: bool,
+    deadline: Deadline,
 ) -> int:
     """JOB's output: stdout to stdout, stderr to stderr.
 
@@ -65,7 +75,8 @@ def logs(
     chunk is one document (attempt, stream, seq, first_line, occurred_at, data).
     --timestamps shows when the agent read each chunk of output (lines read
     together share a time). Exit 4 for an unknown job or an attempt it does
-    not have.
+    not have; with -f and --timeout, exit 9 once it passed (within the API's
+    15 s keepalive) while the job goes on.
     """
     api = conn.client
     if attempt is not None:
@@ -81,13 +92,19 @@ def logs(
         if value is not None:
             query.append((name, str(value)))
     printer = _Printer(out, timestamps)
-    for item in api.stream(f"/v1/jobs/{job}/logs?{urllib.parse.urlencode(query)}"):
-        if item.get("end"):
-            if follow and not out.machine:
-                click.echo(render.dim(f"[job {item.get('status')}]"), err=True)
-            break
-        if "data" in item:  # else a keepalive
-            printer.chunk(item)
+    url = f"/v1/jobs/{job}/logs?{urllib.parse.urlencode(query)}"
+    try:
+        for item in api.stream(url, timeout=deadline.remaining(3600.0)):
+            if item.get("end"):
+                if follow and not out.machine:
+                    click.echo(render.dim(f"[job {item.get('status')}]"), err=True)
+                break
+            if "data" in item:  # else a keepalive
+                printer.chunk(item)
+            deadline.check("not ended", job)
+    except TimeoutError:
+        deadline.check("not ended", job)
+        raise
     return Exit.OK
 
 

@@ -238,6 +238,12 @@ class Deadline:
         """True once the timeout is over (never without one)."""
         return self.timeout_s is not None and time.monotonic() - self.began >= self.timeout_s
 
+    def remaining(self, otherwise: float) -> float:
+        """Seconds left (at least a tenth of one), or ``otherwise`` without a timeout."""
+        if self.timeout_s is None:
+            return otherwise
+        return max(0.1, self.timeout_s - (time.monotonic() - self.began))
+
     def check(self, what: str, job_id: str) -> None:
         """Raise the TIMED_OUT error once the timeout is over: ``what`` is the job's state."""
         if self.passed():

@@ -1,5 +1,5 @@
 """`-o name`, `-o jsonpath=EXPR`, `-o wide` wherever -o is offered, and `--timeout` on every
-wait (`submit --wait`, `cancel --wait`, `status --watch`): against a real API over HTTP."""
+wait (`submit --wait`, `cancel --wait`, `status --watch`, `logs -f`): against a real API."""
 
 from __future__ import annotations
 
@@ -110,6 +110,8 @@ async def test_every_wait_gives_up_at_its_timeout_and_says_the_job_goes_on(
         == 0
     )
     assert json.loads(capsys.readouterr().out.splitlines()[0])["job_id"] == job_id
+    assert await gridledger("logs", job_id, "-f", "--timeout", "0.5") == Exit.TIMED_OUT
+    assert f"{job_id} is still not ended; it goes on" in capsys.readouterr().err
     assert await gridledger("cancel", job_id, "--wait", "--timeout", "0.5") == Exit.TIMED_OUT
     assert "is still submitted" in capsys.readouterr().err
     assert await gridledger(*watch, "--timeout", "soon") == Exit.USAGE
