@@ -69,7 +69,9 @@ class SecretsClient:
         async with aiohttp.ClientSession(timeout=timeout) as session:
             while True:
                 try:
-                    async with session.post(self.url, json=body, headers=headers) as reply:
+                    # Never along a redirect: the node's credential would go with it.
+                    post = session.post(self.url, json=body, headers=headers, allow_redirects=False)
+                    async with post as reply:
                         if reply.status == 200:
                             return _values(await reply.json())
                         last = f"HTTP {reply.status}: {(await reply.text())[:300]}"
