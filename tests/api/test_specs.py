@@ -204,18 +204,17 @@ BAD_BODIES: list[tuple[str, str, str, int, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("name", "media", "body", "status", "words"), BAD_BODIES)
-async def test_hostile_bodies_get_a_clean_4xx(
-    api: Api, name: str, media: str, body: str, status: int, words: str
-) -> None:
-    response = await api.client.post(
-        "/v1/jobs", data=body, headers={**api.auth(), "Content-Type": media}
-    )
-    assert response.status == status, await response.text()
-    assert response.content_type == "application/problem+json"
-    problem = await response.json()
-    assert problem["status"] == status and problem["type"].startswith("/problems/")
-    assert words in problem["problems"][0]["problem"], problem
+async def test_hostile_bodies_get_a_clean_4xx(api: Api) -> None:
+    for name, media, body, status, words in BAD_BODIES:
+        response = await api.client.post(
+            "/v1/jobs", data=body, headers={**api.auth(), "Content-Type": media}
+        )
+        assert response.status == status, (name, await response.text())
+        assert response.content_type == "application/problem+json", name
+        problem = await response.json()
+        assert problem["status"] == status and problem["type"].startswith("/problems/"), name
+        assert words in problem["problems"][0]["problem"], (name, problem)
+    assert await job_events_appended(api) == 0
 
 
 async def test_a_2_mib_body_is_a_413_and_a_spec_encoding_too_large_a_422(api: Api) -> None:
@@ -241,17 +240,19 @@ async def test_tab_and_newline_are_allowed_in_commands_and_env_values(api: Api) 
     assert response.status == 202, await response.text()
 
 
-@pytest.mark.parametrize(
-    ("header", "value"),
-    [
-        ("Idempotency-Key", "k" * 201),
-        ("Idempotency-Key", "a\x85b"),  # a C1 control (the client refuses to send C0)
-        ("X-Gridledger-Submitter", "me\x9b"),
-    ],
-)
-async def test_bad_headers_are_a_400_naming_the_header(api: Api, header: str, value: str) -> None:
-    response = await api.client.post("/v1/jobs", json=GOOD, headers={**api.auth(), header: value})
-    assert response.status == 400, await response.text()
-    body = await response.json()
-    assert body["error"] == "invalid_header" and body["problems"][0]["field"] == header
+BAD_HEADERS = [
+    ("Idempotency-Key", "k" * 201),
+    ("Idempotency-Key", "a\x85b"),  # a C1 control (the client refuses to send C0)
+    ("X-Gridledger-Submitter", "me\x9b"),
+]
+
+
+async def test_bad_headers_are_a_400_naming_the_header(api: Api) -> None:
+    for header, value in BAD_HEADERS:
+        response = await api.client.post(
+            "/v1/jobs", json=GOOD, headers={**api.auth(), header: value}
+        )
+        assert response.status == 400, (header, await response.text())
+        body = await response.json()
+        assert body["error"] == "invalid_header" and body["problems"][0]["field"] == header
     assert await job_events_appended(api) == 0
