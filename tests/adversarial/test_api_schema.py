@@ -25,7 +25,7 @@ from tests.adversarial.stack import Hostile, full
 
 pytestmark = pytest.mark.integration
 
-QUICK_EXAMPLES = 5
+QUICK_EXAMPLES = 3
 FULL_EXAMPLES = 200
 
 PROBLEM_JSON = "application/problem+json"

@@ -25,14 +25,6 @@ from tests.system.conftest import TERMINAL_EVENTS
 pytestmark = pytest.mark.integration
 
 
-def test_the_attacker_cannot_read_the_victims_jobs(hostile: Hostile) -> None:
-    victim_job = hostile.submit_as(VICTIM, sh_job("echo mine", name="victim-private"))
-    hostile.wait_settled(VICTIM, [victim_job])
-    attacker_job = hostile.submit_as(ATTACKER, sh_job("echo theirs", name="attacker"))
-    hostile.wait_settled(ATTACKER, [attacker_job])
-    check_all(hostile)
-
-
 def host_paths(hostile: Hostile) -> dict[str, str]:
     if not hostile.victim_outputs:
         check_victim_served(hostile)
