@@ -238,11 +238,14 @@ async def dry_run_job(request: web.Request) -> web.Response:
     with the scheduler's pre-flight fit (``projections.fit.check_fit``) against the
     fleet it would see now (every registered, not drained node of the read model):
     ``would`` is ``queue`` (it fits, or no node has registered yet) or ``reject``
-    (``does_not_fit``, with the numbers). Placement and the queue are not simulated.
+    (``does_not_fit``, with the numbers). Placement and the queue are not simulated. A
+    ``resume_from`` that is not one of the tenant's jobs is the submit's 404.
     """
     spec = await _spec_of(request)
     if isinstance(spec, web.Response):
         return spec
+    if spec.resume_from is not None:
+        await _own_resume_source(request, _tenant(request), spec.resume_from)
     fleet = [
         NodeCapacity(
             node_id=n["node_id"],
@@ -763,6 +766,11 @@ OPERATIONS: tuple[Operation, ...] = (
                 m.DryRun,
             ),
             503: UNAVAILABLE,
+            400: Reply(
+                "the body is not JSON or YAML, is nested too deep or has a too long number",
+                m.Problems,
+            ),
+            404: Reply("resume_from names no job of this tenant", m.ErrorBody),
             413: Reply("the body is larger than the limit", m.Problems),
             422: Reply("the spec is invalid: each field, the problem and the fix", m.Problems),
         },

@@ -81,6 +81,11 @@ async def test_dry_run_checks_the_fit_against_the_fleet_and_records_nothing(
     assert json.loads(capsys.readouterr().out) == from_api
     assert from_api["error"] == "invalid_spec" and len(from_api["problems"]) == 4
 
+    # resume_from another tenant's (or no) job: the submit's 404, before any fit.
+    bad.write_text("image: gridledger/python:latest\nresume_from: job-0123456789abcdef\n")
+    assert await gridledger("submit", str(bad), "--dry-run") == Exit.NOT_FOUND
+    assert "resume_from: no job" in capsys.readouterr().err
+
     topic = api.settings.topic("job-events")
     assert [r async for r in api.ledger.read_raw(topic)] == [], "a dry run records nothing"
     assert await gridledger("status", "-o", "json") == 0
