@@ -9,7 +9,8 @@ import pytest
 
 from projections.decisions import settle
 from projections.job_state import project
-from schemas.events import Event, JobFailed
+from schemas.events import Event, JobFailed, JobSubmitted
+from schemas.spec import JobSpec
 from services.cli.main import main
 from services.ledger import Ledger
 from services.replay.job import replay_job
@@ -34,8 +35,10 @@ def populated() -> list[Event]:
     return out
 
 
-async def populate(settings: Settings, ledger: Ledger, pool: asyncpg.Pool) -> None:
-    await ledger.append_many(populated())
+async def populate(
+    settings: Settings, ledger: Ledger, pool: asyncpg.Pool, after: list[Event] | None = None
+) -> None:
+    await ledger.append_many([*populated(), *(after or [])])
     sink = await build_sink(settings, ledger, pool)
     task = asyncio.create_task(sink.run())
     try:
@@ -143,3 +146,24 @@ async def test_the_job_state_topic_is_compared_with_the_rebuilt_views(
     assert report.job_state_differences[0].startswith("job-run: ")
     assert "status" in report.job_state_differences[0]
     assert any("earlier point" in note for note in report.job_state_notes)
+
+
+async def test_a_second_job_submitted_replays_to_the_same_rows(
+    pg: tuple[Settings, asyncpg.Pool],
+) -> None:
+    settings, pool = pg
+    intruder = JobSubmitted(
+        job_id="job-ok",
+        occurred_at=at(1.5),
+        producer="api/x",
+        tenant="other",
+        spec=JobSpec(image="gridledger/python:latest", env={"THEIRS": "1"}),
+    )
+    async with Ledger(settings, "test") as ledger:
+        await populate(settings, ledger, pool, after=[intruder])  # after job-ok's own
+        report = await verify(settings, ledger, strict=True, catch_up_s=2)
+    assert report.ok, "\n".join(report.lines())
+    assert not report.drift
+    row = await pool.fetchrow("SELECT tenant, view::text AS view FROM jobs WHERE job_id = 'job-ok'")
+    assert row["tenant"] == "dev" and "THEIRS" not in row["view"]
+    assert "a second JobSubmitted for this job id; ignored" in row["view"]
