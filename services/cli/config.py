@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tomllib
 import urllib.parse
 from dataclasses import dataclass, field
@@ -78,6 +79,7 @@ class UserConfig:
             return cls(path)
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise CliError(f"{path}: {exc}; fix or delete the file", Exit.ERROR) from exc
+        _keep_private(path)
         profiles: dict[str, Profile] = {}
         raw = data.get("profiles", {})
         if not isinstance(raw, dict):
@@ -121,6 +123,23 @@ class UserConfig:
             f"create it with `gridledger login --profile {name} --api URL`",
             Exit.USAGE,
         )
+
+
+def _keep_private(path: Path) -> None:
+    """A config file others can read (written by hand, or copied) is made 0600: it holds
+    tokens. Said once on stderr."""
+    mode = path.stat().st_mode & 0o777
+    if not mode & 0o077:
+        return
+    try:
+        path.chmod(0o600)
+        done = "made it 0600"
+    except OSError:
+        done = f"run `chmod 600 {path}`"
+    print(
+        f"gridledger: {path} was readable by others (mode {mode:o}); {done}, as it holds tokens",
+        file=sys.stderr,
+    )
 
 
 def _quote(value: str) -> str:

@@ -219,3 +219,16 @@ def test_shell_completion_offers_commands_options_and_choices(
     # Job ids come from the API; an API that is down offers nothing and prints nothing.
     down = {"GRIDLEDGER_API_URL": f"http://127.0.0.1:{unused_port}", "GRIDLEDGER_TOKEN": "t"}
     assert _complete("gridledger logs job-", down) == []
+
+
+def test_a_config_file_others_can_read_is_made_private_with_a_note(
+    private_config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    private_config.parent.mkdir(parents=True)
+    private_config.write_text('[profiles.p]\napi_url = "https://a.example"\ntoken = "tok"\n')
+    private_config.chmod(0o644)  # e.g. written by hand
+    assert UserConfig.load().profiles["p"].token == "tok"
+    assert stat.S_IMODE(private_config.stat().st_mode) == 0o600
+    assert "was readable by others (mode 644); made it 0600" in capsys.readouterr().err
+    UserConfig.load()
+    assert capsys.readouterr().err == ""
