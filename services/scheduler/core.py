@@ -13,6 +13,7 @@ thing produces a duplicate, which every fold drops.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -89,6 +90,8 @@ class SchedulerConfig:
     an avoided provider, then an avoided node (see :mod:`.placement`)."""
     producer: str = "scheduler"
 
+
+log = logging.getLogger(__name__)
 
 MAX_ANOMALIES = 100
 """Ignored records the scheduler remembers (for its log and tests)."""
@@ -215,6 +218,7 @@ class SchedulerState:
                 "ignored; the job was already submitted"
             )
             self.anomalies = [*self.anomalies[-(MAX_ANOMALIES - 1) :], note]
+            log.warning("%s", note)
 
     def _on_queued(self, entry: JobEntry, event: JobQueued) -> None:
         attempt = max(1, event.attempt)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from schemas.events import (
     AttemptAccepted,
     AttemptLost,
@@ -198,7 +200,9 @@ def test_resume_from_another_tenants_job_gets_none_of_its_checkpoints() -> None:
     assert placed.resume_from is None
 
 
-def test_a_second_job_submitted_for_a_job_id_is_ignored_and_noted() -> None:
+def test_a_second_job_submitted_for_a_job_id_is_ignored_and_noted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     s = state()
     first = submit("j")
     intruder = JobSubmitted(
@@ -212,6 +216,9 @@ def test_a_second_job_submitted_for_a_job_id_is_ignored_and_noted() -> None:
     assert (entry.tenant, entry.submitted.event_id, entry.spec) == ("t", first.event_id, first.spec)
     assert len(s.anomalies) == 1 and intruder.event_id in s.anomalies[0]
     assert s.owners == {"j": "t"}
+    assert [r.getMessage() for r in caplog.records if "second JobSubmitted" in r.getMessage()] == [
+        s.anomalies[0]
+    ]
 
 
 def test_cancelled_and_terminal_jobs_leave_the_queue_and_free_capacity() -> None:
