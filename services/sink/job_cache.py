@@ -79,14 +79,14 @@ async def load_states(
         "SELECT job_id, view FROM jobs WHERE job_id = ANY($1::text[])",
         [j for j, s in states.items() if s.seq],
     ):
-        states[r["job_id"]].view = JobView.model_validate_json(r["view"])
+        states[r["job_id"]].view = rows.from_stored(JobView, r["view"])
     for r in await conn.fetch(
         "SELECT job_id, attempt, tick_index, payload FROM meter_ticks "
         "WHERE job_id = ANY($1::text[]) AND NOT event_id = ANY($2::text[])",
         job_ids,
         list(held_ticks),
     ):
-        tick = MeterTick.model_validate_json(r["payload"])
+        tick = rows.from_stored(MeterTick, r["payload"])
         states[r["job_id"]].ticks[(r["attempt"], r["tick_index"])] = tick
     return states
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncpg
 import pytest
+from pydantic import ValidationError
 
 from schemas.events import JobSubmitted, LogChunk
 from services.api import queries
@@ -18,6 +19,7 @@ from services.ledger.client import DLQ_CONSUMER, DLQ_REASON, DLQ_SOURCE_OFFSET
 from services.ops.metrics import REGISTRY
 from services.settings import Settings
 from services.sink.consumer import build_sink, stored_offsets
+from services.sink.rows import event_from_payload, job_event_row
 from services.sink.tables import json_safe, text_safe
 from tests.sink.pg import dump
 from tests.sink.scenario import SPEC, run_facts
@@ -110,3 +112,40 @@ def test_nul_stand_ins_are_deterministic_and_leave_escaped_backslashes_alone() -
     # An escaped backslash followed by the letters u0000 is no NUL; the one after it is.
     assert json_safe('"\\\\u0000 \\\\\\u0000"') == '"\\\\u0000 \\\\\\ufffd"'
     assert json_safe(json_safe('"\\u0000"')) == json_safe('"\\u0000"')
+
+
+def test_a_stored_record_a_later_rule_refuses_reads_back_as_it_was_stored() -> None:
+    """The API now refuses a control character in a name; a submission stored before it did
+    still reads back (the sink's restart, the API's history), equal to what was written."""
+    first = run_facts("job-old").job_events[0]
+    assert isinstance(first, JobSubmitted)
+    old = first.model_copy(update={"spec": SPEC.model_copy(update={"name": "bell\x07"})})
+    payload = job_event_row(old, 1)["payload"]
+    with pytest.raises(ValidationError):
+        JobSubmitted.model_validate_json(payload)
+    assert event_from_payload("JobSubmitted", payload) == old
+    assert event_from_payload("JobSubmitted", job_event_row(first, 1)["payload"]) == first
+
+
+async def test_a_restarted_sink_reads_back_a_job_stored_before_a_rule_and_goes_on(
+    pg: tuple[Settings, asyncpg.Pool],
+) -> None:
+    settings, pool = pg
+    script = run_facts("job-old", tenant="other")
+    first = script.job_events[0]
+    assert isinstance(first, JobSubmitted)
+    spec = SPEC.model_copy(update={"name": "bell\x07", "env": {"A": "v" * 40_000}})
+    script.job_events[0] = first.model_copy(update={"spec": spec})
+    async with Ledger(settings, "test") as ledger:
+        await ledger.append_many(script.job_events[:3])
+        sink = await build_sink(settings, ledger, pool)
+        async with running(sink):
+            await sink.catch_up()
+        await ledger.append_many([*script.job_events[3:], *script.log_chunks])
+        restarted = await build_sink(settings, ledger, pool)  # an empty job cache
+        async with running(restarted) as task:
+            await restarted.catch_up()
+            assert not task.done()
+    jobs = {j["job_id"]: j for j in (await dump(pool))["jobs"]}
+    assert jobs["job-old"]["status"] == "succeeded"
+    assert jobs["job-old"]["name"] == "bell\x07"
