@@ -50,12 +50,11 @@ def from_stored(model: type[_M], data: str | dict[str, Any]) -> _M:
     """A model the sink stored, read back: validated, or, when a rule added since refuses
     it (a record written before the API bounded specs), built as it was stored
     (:func:`schemas.trusted.json_builder`): an old record never stops the sink."""
-    if isinstance(data, str):
-        data = json.loads(data)
+    values: dict[str, Any] = json.loads(data) if isinstance(data, str) else data
     try:
-        return model.model_validate(data)
+        return model.model_validate(values)
     except ValidationError:
-        return json_builder(model)(data)  # type: ignore[return-value]
+        return json_builder(model)(values)  # type: ignore[return-value]
 
 
 def job_event_row(event: Event, seq: int) -> Row:
