@@ -41,12 +41,15 @@ def scope(period: str, by: Sequence[str], since: datetime | None, until: datetim
 def decode_key(token: str, query_scope: str, dimensions: int) -> tuple[datetime, list[str]]:
     """The (period start, group values) after which a page starts; ValueError if not one."""
     key = decode_token(token, query_scope)
-    if len(key) != dimensions + 1 or not all(isinstance(v, str) for v in key):
+    if len(key) != dimensions + 1 or not all(isinstance(v, str) and "\x00" not in v for v in key):
         raise ValueError("not a cursor this API issued (wrong shape)")
     try:
-        return datetime.fromisoformat(key[0]), key[1:]
+        start = datetime.fromisoformat(key[0])
     except ValueError as exc:
         raise ValueError(f"not a cursor this API issued ({exc})") from exc
+    if start.tzinfo is None:
+        raise ValueError("not a cursor this API issued (a time without its zone)")
+    return start, key[1:]
 
 
 def _column(dimension: str, params: list[Any]) -> str:

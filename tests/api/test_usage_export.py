@@ -18,6 +18,8 @@ from urllib.parse import urlencode
 import pytest
 
 from schemas.events import AttemptScheduled, Event, JobSubmitted
+from services.api import queries
+from services.api import usage as usage_api
 from tests.api.conftest import OTHER_TOKEN, Api
 from tests.sink.scenario import SPEC, node_facts, run_facts
 
@@ -144,5 +146,9 @@ async def test_bad_usage_queries_name_the_field_and_the_rule(api: Api) -> None:
     assert "colour" in await problems(api, "/v1/usage?colour=blue")
     forged = base64.urlsafe_b64encode(b'["usage:0000", ["x"]]').decode()
     assert "another query" in (await problems(api, f"/v1/usage?cursor={forged}", 400))["cursor"]
+    scope = usage_api.scope("day", ("provider",), None, None)
+    for key in (["2026-12-01T00:00:00+00:00", "a\x00"], ["2026-12-01T00:00:00", "aws"]):
+        nul = queries.encode_token(scope, key)
+        assert "cursor" in await problems(api, f"/v1/usage?by=provider&cursor={nul}", 400)
     assert "cursor" in await problems(api, "/v1/accounting?cursor=AAAA", 400)
     assert "limit" in await problems(api, "/v1/accounting?limit=5001")
