@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any
 
 from schemas import codec
-from schemas.events import Event, JobRejected, NoCapacity
+from schemas.events import Event, JobRejected, JobSubmitted, NoCapacity
 from services.backoff import retrying
 from services.clock import utcnow
 from services.ledger import Ledger, LedgerPort, TopicPartition
@@ -222,9 +222,32 @@ class Scheduler:
                 if record is not None and isinstance(record.value, Event):
                     # One the state cannot take is parked (its job named), not a crash
                     # that every restart's rebuild would hit again.
-                    observe = partial(self.state.observe, record.value, heard_at(raw, received))
-                    seen = await self.ledger.applied(raw, "scheduler", observe) or seen
+                    event = record.value
+                    observe = partial(self.state.observe, event, heard_at(raw, received))
+                    if await self.ledger.applied(raw, "scheduler", observe):
+                        seen = True
+                    elif isinstance(event, JobSubmitted):
+                        self._refuse_unapplied(event)
         return seen
+
+    def _refuse_unapplied(self, submitted: JobSubmitted) -> None:
+        """A submission the state could not take (parked above) still ends its job: it is
+        rejected ``record_refused``, so nothing waits forever on a job the scheduler never
+        knew. The decision's id derives from the submission, so a rebuild that parks the
+        same record again appends an exact duplicate, which every reader drops."""
+        rejected = JobRejected.derived(
+            submitted,
+            "scheduler",
+            "unapplicable",
+            failure_class="record_refused",
+            summary="The scheduler could not apply this job's submission; it was parked on "
+            "the dead-letter topic and nothing was run or billed.",
+            advice="Nothing in the spec is known to be wrong: ask the operator, who finds the "
+            "record and its error on the dead-letter topic under this job's id.",
+        )
+        self._own.update([(rejected.key.encode(), type(rejected).__name__)])
+        self._outbox.append(([rejected], None))
+        self._outbox_ready.set()
 
     async def _decide(self, newest_s: float | None = None) -> None:
         """Decide and hand the decisions to the appender; ``newest_s`` (the broker time

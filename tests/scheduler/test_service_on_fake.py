@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from projections.decisions import react_all
-from schemas.events import AttemptScheduled, Event, JobQueued, RecordRefused
+from projections.job_state import project
+from schemas.events import AttemptScheduled, Event, JobQueued, JobRejected, RecordRefused
 from services.ledger.client import DLQ_CONSUMER, DLQ_ERROR, DLQ_REASON, encoded, record_bytes
 from services.scheduler import build_scheduler
 from services.settings import Settings
@@ -87,9 +88,20 @@ async def test_a_record_the_scheduler_cannot_apply_is_parked_and_the_next_job_is
         await wait_history(
             ledger, victim.job_id, lambda h: bool(placements(h)), what="the victim's placement"
         )
+        history = await wait_history(
+            ledger,
+            poison.job_id,
+            lambda h: any(isinstance(e, JobRejected) for e in h),
+            what="the parked job's end",
+        )
     finally:
         await scheduler.stop()
         await node.stop()
+    # The parked job still ends, once, and says whose side it is on.
+    (rejected,) = [e for e in history if isinstance(e, JobRejected)]
+    assert rejected.failure_class == "record_refused"
+    assert "dead-letter" in rejected.advice
+    assert project(history).status == "rejected"
     (parked,) = [r async for r in ledger.read_raw(ledger.settings.topic("dead-letter"))]
     headers = dict(parked.headers)
     assert headers[DLQ_REASON] == b"unapplicable"
