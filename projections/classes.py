@@ -148,8 +148,8 @@ TABLE: tuple[FailureClass, ...] = (
                  why_not="the job's work is done and the refused file would be refused again"),
     FailureClass("record_refused", "platform", False,
                  "a record of the job (its view, its accounting record, a decision) was "
-                 "larger than its topic takes, or a service could not apply it", why_not="the same history would produce the "
-                 "same record again"),
+                 "larger than its topic takes, or a service could not apply it",
+                 why_not="the same history would produce the same record again"),
     FailureClass("cancelled", "user", False, "user cancel", terminal="JobCancelled",
                  why_not="the user cancelled the job"),
     FailureClass("unknown", "platform", True,
