@@ -718,6 +718,9 @@ UNAVAILABLE = Reply(
     "is away; nothing was recorded",
     m.ProblemDetail,
 )
+_BAD_BODY = "the body is not JSON or YAML, is nested too deep or has a too long number"
+TOO_LARGE = Reply("the body is larger than the limit", m.Problems)
+INVALID_SPEC = Reply("the spec is invalid: each field, the problem and the fix", m.Problems)
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "POST",
@@ -734,14 +737,13 @@ OPERATIONS: tuple[Operation, ...] = (
             ),
             503: UNAVAILABLE,
             400: Reply(
-                "the body is not JSON or YAML, is nested too deep or has a too long number, "
-                "or a header (Idempotency-Key, X-Gridledger-Submitter) is invalid",
+                f"{_BAD_BODY}, or a header (Idempotency-Key, X-Gridledger-Submitter) is invalid",
                 m.Problems,
             ),
             404: Reply("resume_from names no job of this tenant", m.ErrorBody),
             409: Reply("the Idempotency-Key was used with another spec", m.ErrorBody),
-            413: Reply("the body is larger than the limit", m.Problems),
-            422: Reply("the spec is invalid: each field, the problem and the fix", m.Problems),
+            413: TOO_LARGE,
+            422: INVALID_SPEC,
         },
         body=JobSpec,
         body_media=("application/json", "application/yaml"),
@@ -766,13 +768,10 @@ OPERATIONS: tuple[Operation, ...] = (
                 m.DryRun,
             ),
             503: UNAVAILABLE,
-            400: Reply(
-                "the body is not JSON or YAML, is nested too deep or has a too long number",
-                m.Problems,
-            ),
+            400: Reply(_BAD_BODY, m.Problems),
             404: Reply("resume_from names no job of this tenant", m.ErrorBody),
-            413: Reply("the body is larger than the limit", m.Problems),
-            422: Reply("the spec is invalid: each field, the problem and the fix", m.Problems),
+            413: TOO_LARGE,
+            422: INVALID_SPEC,
         },
         body=JobSpec,
         body_media=("application/json", "application/yaml"),

@@ -65,6 +65,8 @@ def secrets_of(hostile: Hostile) -> dict[str, bytes]:
     found["the host canary file"] = _read(hostile.canary)
     for name, data in hostile.victim_outputs.items():
         found[f"the victim's output {name}"] = data
+    for name, data in hostile.victim_secrets.items():
+        found[f"the victim's secret {name}"] = data
     return {what: data for what, data in found.items() if len(data) >= MIN_SECRET}
 
 

@@ -69,6 +69,8 @@ class Hostile(System):
         self.canary.write_text(f"host canary {secrets.token_hex(16)}\n")
         self.pids: dict[str, int] = {}
         self.victim_outputs: dict[str, bytes] = {}
+        self.victim_secrets: dict[str, bytes] = {}
+        """Values of the victim's secrets, by name: no download of the attacker may hold one."""
         """What the victim's jobs stored, by job: no download of the attacker may hold it."""
 
     def start(self) -> Hostile:

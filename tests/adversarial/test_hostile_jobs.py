@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import urllib.request
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 
 from tests.adversarial.after import check_all, check_victim_served
 from tests.adversarial.attacks import ATTACKS, Attack, spec_fields
-from tests.adversarial.stack import ATTACKER, VICTIM, Hostile, full, sh_job
+from tests.adversarial.stack import ATTACKER, VICTIM, Hostile, full, only_in_full, sh_job
 from tests.system.conftest import TERMINAL_EVENTS
 
 pytestmark = pytest.mark.integration
@@ -105,3 +106,28 @@ def logs_text(hostile: Hostile, job_id: str) -> bytes:
     )
     with urllib.request.urlopen(request, timeout=30) as reply:
         return bytes(reply.read())
+
+
+@only_in_full("a cross-tenant secret")
+def test_the_victims_secret_never_reaches_the_attackers_job(hostile: Hostile) -> None:
+    value = f"victim secret {secrets.token_hex(16)}"
+    base = f"http://{hostile.settings.api_host}:{hostile.settings.api_port}"
+    put = urllib.request.Request(
+        f"{base}/v1/secrets/hf-token",
+        data=json.dumps({"value": value}).encode(),
+        method="PUT",
+        headers={"Authorization": f"Bearer {hostile.victim.token}",
+                 "Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(put, timeout=30) as reply:
+        assert reply.status in (200, 201)
+    hostile.victim_secrets["hf-token"] = value.encode()
+    script = 'env > "$GRIDLEDGER_OUTPUT_DIR/env.txt"; echo "token=$TOKEN"'
+    spec = sh_job(script, secrets={"TOKEN": "hf-token"}, outputs=[{"path": "env.txt"}])
+    job_id = hostile.submit_as(ATTACKER, spec)
+    hostile.wait_settled(ATTACKER, [job_id])
+    failure = hostile.job_of(ATTACKER, job_id).get("failure") or {}
+    assert failure.get("failure_class") == "secret_missing", failure
+    assert failure["attribution"] == "user" and "hf-token" in failure["summary"], failure
+    assert value.encode() not in logs_text(hostile, job_id)
+    check_all(hostile)
