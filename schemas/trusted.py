@@ -37,24 +37,32 @@ Builder = Callable[[dict[str, Any]], BaseModel]
 _set = object.__setattr__
 
 
-def _converter(tp: Any) -> Convert | None:
-    """How to turn a decoded value of annotation ``tp`` into the model's value (None: as is)."""
+def _converter(tp: Any, leaf: Callable[[Any], Convert | None]) -> Convert | None:
+    """How to turn a decoded value of annotation ``tp`` into the model's value (None: as is):
+    optionals, lists and maps are walked, and ``leaf`` says what to do with what is inside."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         branches = [a for a in args if a is not type(None)]
-        inner = _converter(branches[0]) if len(branches) == 1 else None
+        inner = _converter(branches[0], leaf) if len(branches) == 1 else None
         if inner is None:
             return None
         return lambda v: None if v is None else inner(v)
     if origin is list:
-        item = _converter(args[0])
+        item = _converter(args[0], leaf)
         return None if item is None else (lambda v: [item(x) for x in v])
     if origin is dict:
-        value = _converter(args[1])
+        value = _converter(args[1], leaf)
         return None if value is None else (lambda v: {k: value(x) for k, x in v.items()})
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return builder(tp)
-    return None
+    return leaf(tp)
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _from_avro(tp: Any) -> Convert | None:
+    """A value the Avro decoder gave: only nested models need building."""
+    return builder(tp) if _is_model(tp) else None
 
 
 @cache
@@ -72,7 +80,7 @@ def builder(model: type[BaseModel]) -> Builder:
     nested = tuple(
         (name, convert)
         for name, info in model.model_fields.items()
-        if (convert := _converter(info.annotation)) is not None
+        if (convert := _converter(info.annotation, _from_avro)) is not None
     )
     new = model.__new__
 
@@ -93,26 +101,11 @@ def builder(model: type[BaseModel]) -> Builder:
 
 
 def _from_json(tp: Any) -> Convert | None:
-    """Like :func:`_converter`, for a value gridledger stored as JSON (``model_dump_json``):
-    nested models are built, datetimes parsed, everything else is already its type."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        branches = [a for a in args if a is not type(None)]
-        inner = _from_json(branches[0]) if len(branches) == 1 else None
-        if inner is None:
-            return None
-        return lambda v: None if v is None else inner(v)
-    if origin is list:
-        item = _from_json(args[0])
-        return None if item is None else (lambda v: [item(x) for x in v])
-    if origin is dict:
-        value = _from_json(args[1])
-        return None if value is None else (lambda v: {k: value(x) for k, x in v.items()})
+    """A value gridledger stored as JSON (``model_dump_json``): nested models are built,
+    datetimes parsed, everything else is already its type."""
     if tp is datetime:
         return lambda v: datetime.fromisoformat(v) if isinstance(v, str) else v
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return json_builder(tp)
-    return None
+    return json_builder(tp) if _is_model(tp) else None
 
 
 @cache
@@ -122,7 +115,8 @@ def json_builder(model: type[BaseModel]) -> Builder:
     not make a record written before it unreadable. A field the data lacks (added later)
     takes its default."""
     fields = [
-        (name, info, _from_json(info.annotation)) for name, info in model.model_fields.items()
+        (name, info, _converter(info.annotation, _from_json))
+        for name, info in model.model_fields.items()
     ]
     new = model.__new__
 
