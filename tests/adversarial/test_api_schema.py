@@ -73,8 +73,10 @@ def fuzz(operation: Any, mode: GenerationMode, base: str, token: str) -> list[st
         try:
             case.call_and_validate(base_url=base, headers=headers, checks=CHECKS, timeout=60)
         except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - collected, reported
-            first = str(exc).strip().splitlines()[:6]
-            failures.append(f"{operation.label} ({mode.value}): {' / '.join(first)}")
+            lines = str(exc).strip().splitlines()
+            # What broke, and the request that shows it (schemathesis's curl line).
+            shown = lines[:6] + [line.strip() for line in lines if "curl " in line][:1]
+            failures.append(f"{operation.label} ({mode.value}): {' / '.join(shown)}")
 
     try:
         run()
