@@ -8,7 +8,7 @@ projections own (``JobView``, ``AccountingRecord``) are reused, not copied.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
@@ -17,6 +17,11 @@ from schemas.events import ENVELOPE_FIELDS
 from schemas.spec import JobSpec, Line
 from schemas.types import FitReport
 from schemas.views import JobStatus, JobView
+
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+"""The window a since/until may name: further out, a period's arithmetic leaves the
+calendar (a 500 the adversarial suite's fuzzing found), and no usage is there anyway."""
 
 
 class ApiModel(BaseModel):
@@ -55,10 +60,16 @@ class AccountingQuery(ApiModel):
         description="the `next_cursor` of the previous page (opaque); omit for the first page",
     )
     since: AwareDatetime | None = Field(
-        None, description="only records whose latest event is at or after this time"
+        None,
+        ge=EARLIEST,
+        le=LATEST,
+        description="only records whose latest event is at or after this time",
     )
     until: AwareDatetime | None = Field(
-        None, description="only records whose latest event is before this time"
+        None,
+        ge=EARLIEST,
+        le=LATEST,
+        description="only records whose latest event is before this time",
     )
 
 
@@ -72,10 +83,16 @@ class UsageQuery(ApiModel):
         "or comma-separate); none: one line per period",
     )
     since: AwareDatetime | None = Field(
-        None, description="the first period's start (a period boundary, UTC)"
+        None,
+        ge=EARLIEST,
+        le=LATEST,
+        description="the first period's start (a period boundary, UTC)",
     )
     until: AwareDatetime | None = Field(
-        None, description="the end of the last period, exclusive (a period boundary, UTC)"
+        None,
+        ge=EARLIEST,
+        le=LATEST,
+        description="the end of the last period, exclusive (a period boundary, UTC)",
     )
     limit: int = Field(1000, ge=1, le=5000, description="lines per page")
     cursor: str | None = Field(
