@@ -53,7 +53,7 @@ from schemas.events import (
     RetryScheduled,
     RetryWithdrawn,
 )
-from schemas.types import Evidence
+from schemas.types import CheckpointRef, Evidence
 from schemas.views import (
     IN_FLIGHT_STATUSES,
     TERMINAL_STATUSES,
@@ -82,6 +82,9 @@ class ViewBudget:
     """A failure's summary and advice."""
     anomalies: int = 100
     """Anomalies recorded; later ones are counted in the last note, not kept."""
+    checkpoints: int = 64
+    """Checkpoints listed: the latest ones (as a retry picks them, ``stored_at`` then fold
+    order); the full list stays in the history."""
 
 
 VIEW_BUDGET = ViewBudget()
@@ -421,7 +424,24 @@ def _(event: ProcessExited, view: JobView) -> JobView:
 
 @_apply.register
 def _(event: CheckpointStored, view: JobView) -> JobView:
-    return view.model_copy(update={"checkpoints": [*view.checkpoints, event.ref()]})
+    return view.model_copy(
+        update={"checkpoints": latest_checkpoints([*view.checkpoints, event.ref()])}
+    )
+
+
+def latest_checkpoints(
+    checkpoints: list[CheckpointRef], budget: ViewBudget = VIEW_BUDGET
+) -> list[CheckpointRef]:
+    """``checkpoints`` without the oldest ones past ``budget.checkpoints`` (oldest by
+    ``stored_at``, then fold order: the order in which a retry picks the latest), the
+    order of the rest kept."""
+    while len(checkpoints) > budget.checkpoints:
+        oldest = min(
+            range(len(checkpoints)),
+            key=lambda i: (checkpoints[i].stored_at is not None, checkpoints[i].stored_at, i),
+        )
+        checkpoints = checkpoints[:oldest] + checkpoints[oldest + 1 :]
+    return checkpoints
 
 
 def _put_output(view: JobView, output: OutputInfo) -> JobView:

@@ -355,6 +355,7 @@ OutputFailureReason = Literal[
     "refused_unreadable",
     "over_file_cap",
     "over_job_cap",
+    "over_checkpoint_count",
 ]
 """Why an output (or checkpoint) was not stored. ``store_failed``: the artifact store refused
 or could not be reached (the platform's side). ``missing``: nothing at the path. Every

@@ -576,11 +576,32 @@ class AttemptRunner:
         for name, signature in sorted(listing.items()):
             if r.checkpoints.get(name) == list(signature):
                 continue
+            if (
+                name not in r.checkpoints
+                and self._checkpoint_files() >= ctx.agent.max_checkpoint_files
+            ):
+                await self._too_many_checkpoints(prefix)
+                return
             stable = self._pending_checkpoints.get(name) == signature
             self._pending_checkpoints[name] = signature
             if not (stable or final) or self._checkpoint_failures.get(name, 0) >= 3:
                 continue
             await self._store_checkpoint(f"{prefix}/{name}", name, signature)
+
+    def _checkpoint_files(self) -> int:
+        """Checkpoint files of this attempt stored or given up on, each counted once."""
+        return len(self.record.checkpoints.keys() | self._checkpoint_failures.keys())
+
+    async def _too_many_checkpoints(self, prefix: str) -> None:
+        """Refuse the checkpoint folder for good once the attempt reached its count."""
+        self._checkpoint_folder_refused = True
+        limit = self.ctx.agent.max_checkpoint_files
+        message = (
+            f"'{prefix}' holds more checkpoint files than the {limit} an attempt may store "
+            "(max_checkpoint_files); later ones are not stored: keep fewer (overwrite or "
+            "delete old ones)"
+        )
+        await self._refused(ArtifactRefusedError(prefix, "over_checkpoint_count", message), False)
 
     async def _store_checkpoint(self, path: str, name: str, signature: tuple[int, int]) -> None:
         r, ctx = self.record, self.ctx

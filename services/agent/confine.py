@@ -19,6 +19,7 @@ the one OutputFailed records and whose message names the path and the rule:
 | ``refused_unreadable`` | a file the agent may not read (its permissions) |
 | ``over_file_cap`` | larger than ``max_output_file_bytes`` (refused before any byte is read) |
 | ``over_job_cap`` | would take the attempt past ``max_output_job_bytes`` |
+| ``over_checkpoint_count`` | past ``max_checkpoint_files`` of the attempt (then not watched) |
 
 Reads are bounded too: :class:`BoundedReader` returns at most the size
 ``fstat`` reported and raises once its deadline has passed, so a file that

@@ -63,6 +63,11 @@ class AgentSettings(BaseSettings):
     max_output_job_bytes: int = Field(64 * GIB, ge=0)
     """All files an attempt stores (checkpoints and outputs), at most; the file that would
     pass it is refused (over_job_cap)."""
+    max_checkpoint_files: int = Field(1000, ge=1)
+    """Checkpoint files an attempt may store (or have refused); at the next one the folder is
+    refused (over_checkpoint_count, the user's side) and watched no more. Each stored
+    checkpoint is an event in the job's history: this keeps one job from flooding the
+    ledger, and its view within the record limit."""
     upload_timeout_s: float = Field(240.0, gt=0)
     """Reading one checkpoint, or all outputs of an attempt, ends by this deadline (an output
     not stored by then fails as store_failed). Keep it under the processors'

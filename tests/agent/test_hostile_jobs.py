@@ -18,6 +18,7 @@ from projections.decisions import settle
 from projections.job_state import project
 from schemas.events import (
     AttemptScheduled,
+    CheckpointStored,
     Event,
     FailureClassified,
     JobSubmitted,
@@ -48,6 +49,7 @@ async def hostile_node(idle_node: Harness, tmp_path: Path) -> AsyncIterator[Harn
         max_output_file_bytes=64 * KIB,
         max_output_job_bytes=128 * KIB,
         pids_limit=64,
+        max_checkpoint_files=3,
     )
     (tmp_path / "host-secret.txt").write_text(HOST_SECRET)
     await idle_node.start()
@@ -196,6 +198,32 @@ async def test_a_required_output_linked_to_the_host_fails_the_job_as_the_users(
     assert view.status == "failed"
     billed(record)
     assert stored_keys(object_store, scheduled.job_id) == []
+
+
+async def test_checkpoints_past_the_attempts_count_are_refused_once_and_billed(
+    hostile_node: Harness, object_store: PrivateStore
+):
+    """A job that writes checkpoint after checkpoint cannot flood the ledger (an event each)
+    nor grow its view past the record limit, which would end it record_refused on the
+    platform's side, credited: past max_checkpoint_files the folder is refused, once."""
+    spec = sh(
+        'cd "$GRIDLEDGER_OUTPUT_DIR" && mkdir -p ckpt && '
+        "for n in 1 2 3 4 5 6 7 8; do echo $n > ckpt/step_$n.pt; done",
+        checkpoints="ckpt",
+    )
+    scheduled = await hostile_node.schedule(spec)
+    facts = await hostile_node.wait_for(scheduled.job_id, "ComputeReleased")
+    (refused,) = only(facts, OutputFailed)
+    assert (refused.path, refused.reason) == ("ckpt", "over_checkpoint_count")
+    assert "max_checkpoint_files" in refused.message
+    assert len(only(facts, CheckpointStored)) == 3
+    assert len(stored_keys(object_store, scheduled.job_id)) == 3
+    view, record, c = await settled(hostile_node, scheduled, facts)
+    assert c is not None
+    assert (c.failure_class, c.attribution) == ("optional_output_refused", "user")
+    assert "'ckpt' (over_checkpoint_count)" in c.summary
+    assert view.status == "succeeded_with_errors"
+    billed(record)
 
 
 BOMB = """

@@ -8,6 +8,7 @@ from __future__ import annotations
 from projections.accounting import account
 from projections.decisions import react_all
 from projections.job_state import VIEW_BUDGET, project
+from projections.retry import latest_checkpoint
 from schemas import codec
 from schemas.events import AttemptSuperseded, JobFailed, RecordRefused
 from tests.projections.histories import JobHistory, job_spec
@@ -74,3 +75,19 @@ def test_ten_attempts_of_long_lines_keep_the_view_within_its_budget() -> None:
         assert sum(len(x.encode()) + 1 for x in kept) <= VIEW_BUDGET.log_bytes
         assert all(len(x) <= VIEW_BUDGET.line_chars + 1 for x in kept)
     assert len(codec.encode(view)) < 200_000
+
+
+def test_a_view_lists_only_the_latest_checkpoints_and_a_retry_still_resumes_from_the_latest() -> (
+    None
+):
+    job = JobHistory()
+    job.submit()
+    job.start()
+    count = VIEW_BUDGET.checkpoints * 3
+    for step in range(count):
+        job.wait(1)
+        job.checkpoint(f"step_{step}.pt", step)
+    view = project(job.events)
+    assert [c.step for c in view.checkpoints] == list(range(count - VIEW_BUDGET.checkpoints, count))
+    latest = latest_checkpoint(view)
+    assert latest is not None and latest.step == count - 1
