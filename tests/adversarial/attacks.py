@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.hostile import FORK_BOMB
 from tests.system.conftest import PYTHON
 
 
@@ -32,21 +33,6 @@ class Attack:
     extra: dict[str, Any] = field(default_factory=dict)
     """More spec fields (image, command, limits)."""
 
-
-BOMB = """
-import os, time
-children = 0
-while True:
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        print(f"forked {children}: {exc.strerror}", flush=True)
-        break
-    if pid == 0:
-        time.sleep(30)
-        os._exit(0)
-    children += 1
-"""
 
 ATTACKS = (
     Attack(
@@ -122,7 +108,7 @@ ATTACKS = (
         log_says=r"forked ([1-9]|[1-5][0-9]|6[0-3]): Resource temporarily unavailable",
         extra={
             "image": PYTHON,
-            "command": ["python3", "-c", BOMB],
+            "command": ["python3", "-c", FORK_BOMB],
             "resources": {"gpus": 1, "memory_gb": 0.5, "cpus": 0.5},
         },  # fmt: skip
     ),

@@ -32,6 +32,7 @@ from schemas.views import AccountingRecord, JobView
 from services import s3client
 from services.objectstore import job_prefix
 from tests.agent.conftest import PYTHON, TENANT, Harness, make_agent_settings, only, sh
+from tests.hostile import FORK_BOMB
 from tests.objectstore import PrivateStore
 
 pytestmark = pytest.mark.integration
@@ -226,28 +227,12 @@ async def test_checkpoints_past_the_attempts_count_are_refused_once_and_billed(
     billed(record)
 
 
-BOMB = """
-import os, time
-children = 0
-while True:
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        print(f"forked {children}: {exc.strerror}", flush=True)
-        break
-    if pid == 0:
-        time.sleep(60)
-        os._exit(0)
-    children += 1
-"""
-
-
 async def test_a_fork_bomb_stops_at_the_pids_limit_and_the_agent_carries_on(
     hostile_node: Harness,
 ):
     spec = JobSpec(
         image=PYTHON,
-        command=["python3", "-c", BOMB],
+        command=["python3", "-c", FORK_BOMB],
         resources=Resources(gpus=1, memory_gb=0.5, cpus=0.5),
     )
     scheduled = await hostile_node.schedule(spec)
