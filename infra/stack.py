@@ -24,6 +24,7 @@ from infra.processes import port_open
 from infra.status import ComponentStatus
 from schemas.errors import StackError
 from services import secretstore
+from services.notary import keys as notary_keys
 from services.private_files import write_private
 from services.settings import Settings
 
@@ -125,6 +126,17 @@ async def up(settings: Settings, report: Report = _ignore) -> list[ComponentStat
                 if settings.secrets_key
                 else str(secretstore.key_path(settings)),
                 detail="created (0600)" if wrote_key else "kept",
+            )
+        )
+
+        # The key the notary signs the ledger's seals with (README "Audit").
+        wrote_notary = notary_keys.ensure_key(settings)
+        done(
+            ComponentStatus(
+                name="notary key",
+                running=True,
+                address=str(settings.notary_key_path),
+                detail="created (0600)" if wrote_notary else "kept",
             )
         )
 

@@ -25,6 +25,7 @@ from services.transport import kafka_options
 TOPIC_ALREADY_EXISTS = 36
 UNKNOWN_TOPIC_OR_PARTITION = 3
 DEAD_LETTER = "dead-letter"
+SEALS = "ledger-seals"
 BROKER_TIMED = frozenset({"heartbeats", "job-events", "node-events"})
 """Topics whose records carry the broker's append time, not the producer's clock: the
 watchdog judges an agent's silence, and the scheduler a node's liveness, by when the
@@ -46,7 +47,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     for suffix in TOPIC_NAMES:
         if suffix in NODE_KEYED_TOPICS:
             partitions = settings.node_partitions
-        elif suffix == DEAD_LETTER:
+        elif suffix in (DEAD_LETTER, SEALS):
             # Low volume, read by people and tools: one partition keeps arrival order.
             partitions = 1
         else:
@@ -59,6 +60,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         if settings.replication_factor > 1:
             # Per topic as well as the broker default: a topic keeps it on any cluster.
             configs["min.insync.replicas"] = str(settings.min_insync_replicas)
+        if suffix == SEALS:
+            configs["retention.ms"] = "-1"  # a seal proves nothing once it is gone
         if suffix in BROKER_TIMED:
             configs["message.timestamp.type"] = "LogAppendTime"
         specs.append(TopicSpec(settings.topic(suffix), partitions, configs))

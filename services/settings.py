@@ -30,11 +30,17 @@ TOPIC_NAMES = (
     "job-state",
     "accounting",
     "dead-letter",
+    "ledger-seals",
 )
 """Topic suffixes (docs/architecture.md, "Topics and keys"); name: ``topic_prefix + suffix``."""
 
 COMPACTED_TOPICS = frozenset({"job-state", "accounting"})
 NODE_KEYED_TOPICS = frozenset({"node-events", "node-commands"})
+SEALED_TOPICS = ("job-events", "log-chunks", "meter-ticks")
+"""Topics the notary seals (services/notary, README "Audit"): the facts and decisions and
+what the user and billing see of a job. Not the compacted views (compaction removes
+records by design; they are rebuilt from these), not heartbeats (liveness only, the
+largest stream), not the notary's own ``ledger-seals``."""
 
 
 def default_home() -> Path:
@@ -194,6 +200,19 @@ class Settings(BaseSettings):
     """How long a starting sink waits for the schema's lock (a crashed predecessor's
     session may hold it briefly) before refusing to run beside another sink."""
     """Records the sink applies per Postgres transaction."""
+    # ---- the notary (services/notary, README "Audit")
+    notary_key_file: Path | None = None
+    """The notary's Ed25519 signing key (PEM, 0600, ``gridledger audit keygen``); default
+    ``<home>/notary/notary.key``. Its public keys: ``notary_keys_dir``."""
+    notary_keys_dir: Path | None = None
+    """Public keys whose seals the notary chains onto and ``audit verify`` accepts, one
+    ``<key id>.pub`` each (a rotation keeps the old one); default ``<home>/notary/keys``."""
+    notary_seal_records: int = Field(
+        500, ge=1, le=4000, description="records of one partition a seal covers at most"
+    )
+    notary_seal_interval_s: float = Field(
+        10.0, gt=0, description="longest a record waits before a seal covers it"
+    )
     # ---- operations (services/ops)
     ops_host: str = "127.0.0.1"
     ops_port: int = Field(
@@ -316,6 +335,16 @@ class Settings(BaseSettings):
     def logs_dir(self) -> Path:
         """Where the stack's and the services' logs go, under the home."""
         return self.home / "logs"
+
+    @property
+    def notary_key_path(self) -> Path:
+        """The notary's signing key: ``notary_key_file``, else ``<home>/notary/notary.key``."""
+        return self.notary_key_file or self.home / "notary" / "notary.key"
+
+    @property
+    def notary_keys_path(self) -> Path:
+        """The folder of accepted public keys: ``notary_keys_dir``, else ``<home>/notary/keys``."""
+        return self.notary_keys_dir or self.home / "notary" / "keys"
 
     @property
     def s3_url(self) -> str:

@@ -34,6 +34,8 @@ PURE_SERVICE_MODULES = (
     "services/processors/dispatch.py",
     "services/sink/rows.py",
     "services/agent/meter.py",
+    "services/notary/chain.py",
+    "services/notary/findings.py",
 )
 
 

@@ -106,15 +106,18 @@ def topics(out: Output) -> int:
     return 0
 
 
-@dev.command("init", short_help="first start of a deployment: tokens, S3 credentials, secrets key")
+@dev.command(
+    "init",
+    short_help="first start of a deployment: tokens, S3 credentials, secrets and notary keys",
+)
 @click.option(
     "--s3-identities",
     type=click.Path(dir_okay=False, path_type=Path),
     help="also write SeaweedFS's -s3.config (its identities) here",
 )
 def init(s3_identities: Path | None) -> int:
-    """Write the API tokens, the per-tenant object-store credentials and the secrets key
-    unless they exist.
+    """Write the API tokens, the per-tenant object-store credentials, the secrets key and
+    the notary's signing key unless they exist.
 
     For deployments whose parts `dev up` does not start (docker-compose). Existing files
     are kept: tokens and credentials stay valid across restarts.
@@ -131,6 +134,10 @@ def init(s3_identities: Path | None) -> int:
     wrote = secretstore.ensure_key(settings)
     where = "GRIDLEDGER_SECRETS_KEY" if settings.secrets_key else secretstore.key_path(settings)
     click.echo(f"secrets key:    {where} ({'created' if wrote else 'kept'})")
+    from services.notary import keys
+
+    wrote = keys.ensure_key(settings)
+    click.echo(f"notary key:     {settings.notary_key_path} ({'created' if wrote else 'kept'})")
     if s3_identities is not None:
         wrote = seaweedfs.write_s3_config(settings, s3_identities)
         click.echo(f"s3 identities:  {s3_identities} ({'written' if wrote else 'kept'})")

@@ -60,6 +60,11 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
         "services.cli.replay",
         "rebuild projections from offset 0 and compare with the live tables (auditors)",
     ),
+    "notary": (
+        "services.cli.audit",
+        "run the notary: Ed25519-signed seals over the ledger's partitions",
+    ),
+    "audit": ("services.cli.audit", "the notary's key, and checking the seals (audit verify)"),
     "bench": ("services.cli.bench", "run benchmarks (the list: gridledger bench -h)"),
     "simulate": (
         "services.cli.simulate",

@@ -41,6 +41,11 @@ RECORDS_SKIPPED = Counter(
     "topic's owner dead-letters them",
     ["consumer"],
 )
+SEALS = Counter(
+    "gridledger_seals",
+    "Seals the notary signed and appended to ledger-seals, by sealed topic",
+    ["topic"],
+)
 CONSUMER_LAG = Gauge(
     "gridledger_consumer_lag",
     "Records between this consumer's position and the partition's end",

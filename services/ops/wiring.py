@@ -188,6 +188,29 @@ def agent_endpoints(settings: Settings, agent: Any) -> OpsEndpoints:
     return OpsEndpoints(f"agent-{ctx.node_id}", checks, [spool, _probe_hook(lag)])
 
 
+# --------------------------------------------------------------------------- notary
+
+
+def notary_endpoints(settings: Settings, notary: Any) -> OpsEndpoints:
+    """Notary: broker with the sealed topics and ledger-seals, sealing live, lag."""
+    from services.settings import SEALED_TOPICS
+
+    def sealing() -> tuple[bool, str]:
+        if notary.ready.is_set() and notary.consumer is not None:
+            unstored = f", {len(notary.unstored)} not stored yet" if notary.unstored else ""
+            signed = f"{notary.seals} seal(s) signed{unstored}"
+            return True, f"sealing {len(notary.last)} partition(s), {signed}"
+        return False, "resuming from ledger-seals (broker away?)"
+
+    lag = _lag(settings, lambda: notary.consumer)
+    checks: list[Check] = [
+        kafka_check(settings, (*SEALED_TOPICS, "ledger-seals")),
+        StateCheck("sealing", sealing),
+        lag,
+    ]
+    return OpsEndpoints("notary", checks, [_probe_hook(lag)])
+
+
 def _probe_hook(check: Check) -> Any:
     async def hook() -> None:
         await check.probe()

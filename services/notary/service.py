@@ -1,0 +1,257 @@
+"""The notary: reads each partition of the sealed topics in order and seals what it read.
+
+Per partition, once ``notary_seal_records`` records are waiting or the oldest has waited
+``notary_seal_interval_s``, it signs a seal (services/notary/chain.py) over them,
+appends it to ``ledger-seals`` (keyed ``<topic>/<partition>``, acknowledged) and then
+stores it in the object store (services/notary/store.py).
+
+**Resuming.** The notary keeps no state of its own: at start, and after every outage,
+it reads ``ledger-seals`` from offset 0 and keeps, per partition, the last seal that is
+signed by an accepted key and continues the chain; it reads that partition on from the
+seal's end. A crash before the append leaves nothing to undo (those records are read
+again and sealed once); a crash after it is resumed from the appended seal, so there is
+no gap and no double seal. The store's copy of each partition's last seal is written
+again at start (the same key and bytes), in case the crash came between the two.
+
+**Poison records.** Hashing takes any bytes, so a record of a sealed topic cannot stop
+it. A record on ``ledger-seals`` that is not an accepted seal (it does not parse, is
+signed by another key, or does not continue the chain) is not chained onto: it is
+parked on ``dead-letter`` once (reason ``undecodable`` or ``unapplicable``, as
+:meth:`~services.ledger.client.LedgerOperations.dead_letter` does for every consumer)
+and ``audit verify`` reports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from services.backoff import retrying
+from services.clock import utcnow
+from services.ledger import Ledger, TopicPartition, broker_unavailable
+from services.ledger.client import (
+    CONSUMER_OUTAGE_ERRORS,
+    DLQ_CONSUMER,
+    DLQ_SOURCE_OFFSET,
+    DLQ_SOURCE_TOPIC,
+)
+from services.notary import keys
+from services.notary.chain import Seal, SealError, follows, leaf_of, next_seal
+from services.notary.store import SealStore
+from services.objectstore import ObjectStoreError
+from services.ops import metrics
+from services.settings import SEALED_TOPICS, Settings
+
+log = logging.getLogger(__name__)
+
+CONSUMER = "notary"
+Partition = tuple[str, int]
+"""(topic suffix, partition)."""
+
+
+class Notary:
+    """The notary service: :meth:`start`, then :meth:`serve_until` a stop event."""
+
+    def __init__(
+        self, settings: Settings, ledger: Ledger | None = None, store: SealStore | None = None
+    ) -> None:
+        self.settings = settings
+        self.ledger = ledger or Ledger(settings, CONSUMER)
+        self.store = store or SealStore(settings)
+        self.key: Ed25519PrivateKey | None = None
+        self.last: dict[Partition, Seal] = {}
+        """Each partition's last seal on ``ledger-seals``: where the chain goes on."""
+        self.pending: dict[Partition, list[tuple[int, str]]] = {}
+        self.waiting_since: dict[Partition, float] = {}
+        self.unstored: list[Seal] = []
+        """Seals on the topic the store has not taken yet (an outage): retried each round."""
+        self.consumer: Any = None
+        self.ready = asyncio.Event()
+        self.seals = 0
+
+    @property
+    def seals_topic(self) -> str:
+        """The full name of ``ledger-seals``."""
+        return self.settings.topic("ledger-seals")
+
+    async def start(self) -> Notary:
+        """Load the signing key (an error saying to run keygen when there is none) and
+        start the ledger, waiting out a broker that is not up yet."""
+        self.key = keys.load_signing_key(self.settings)
+        await self.ledger.start(wait=True)
+        return self
+
+    async def stop(self) -> None:
+        """Close the consumer and the ledger."""
+        await self._close_consumer()
+        await self.ledger.stop()
+
+    async def serve_until(self, stop: asyncio.Event) -> None:
+        """Seal until ``stop`` is set; an outage of the broker is ridden out (resuming
+        from ``ledger-seals`` each time it is back)."""
+        backoff = self.settings.reconnect_backoff()
+        attempt = 0
+        while not stop.is_set():
+            try:
+                await self.resume()
+                attempt = 0
+                await self._seal_until(stop)
+            except CONSUMER_OUTAGE_ERRORS as exc:
+                self.ready.clear()
+                self.ledger.outage.down(exc)
+                await self._close_consumer()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), backoff.delay(attempt))
+                attempt += 1
+        await self._flush_pending()
+
+    async def resume(self) -> None:
+        """Read ``ledger-seals`` and position a consumer on every sealed partition after
+        its last accepted seal."""
+        assert self.key is not None
+        accepted = keys.accepted_keys(self.settings, self.key.public_key())
+        parked = await self._parked()
+        self.last = {}
+        self.pending = {}
+        self.waiting_since = {}
+        async for raw in self.ledger.read_raw(self.seals_topic):
+            why, reason = "", "unapplicable"
+            try:
+                seal = Seal.decode(raw.value)
+            except SealError as exc:
+                why, reason = f"not a seal: {exc}", "undecodable"
+            else:
+                if seal.prefix != self.settings.topic_prefix or seal.topic not in SEALED_TOPICS:
+                    why = f"seals {seal.prefix}{seal.topic}, which this notary does not seal"
+                elif not seal.signed_by(accepted):
+                    why = f"signed by key {seal.key_id or '(none)'}, not an accepted one"
+                else:
+                    why = follows(seal, self.last.get((seal.topic, seal.partition)))
+            if not why:
+                self.last[(seal.topic, seal.partition)] = seal
+            elif raw.offset not in parked:
+                await self.ledger.dead_letter(raw, why, CONSUMER, reason)
+        for seal in self.last.values():
+            await self._store(seal)  # the crash may have come between the topic and here
+        tps = []
+        starts: dict[Any, int] = {}
+        for suffix in SEALED_TOPICS:
+            topic = self.settings.topic(suffix)
+            for partition in range(await self.ledger.partitions(topic)):
+                tp = TopicPartition(topic, partition)
+                tps.append(tp)
+                last = self.last.get((suffix, partition))
+                if last is not None:
+                    starts[tp] = last.end_offset
+        await self._close_consumer()
+        consumer = self.ledger.consumer(max_partition_fetch_bytes=4 * 1024 * 1024)
+        await consumer.start()
+        self.consumer = consumer
+        consumer.assign(tps)
+        fresh = [tp for tp in tps if tp not in starts]
+        if fresh:
+            await consumer.seek_to_beginning(*fresh)
+        for tp, offset in starts.items():
+            consumer.seek(tp, offset)
+        self.ready.set()
+        log.info(
+            "notary resumed: %d partition(s) sealed before, %d read from their start",
+            len(starts),
+            len(fresh),
+        )
+
+    async def _parked(self) -> set[int]:
+        """Offsets of ``ledger-seals`` records this notary already parked (parked once)."""
+        offsets: set[int] = set()
+        async for raw in self.ledger.read_raw(self.settings.topic("dead-letter")):
+            headers = {name: bytes(value or b"").decode() for name, value in raw.headers or ()}
+            if (
+                headers.get(DLQ_SOURCE_TOPIC) == self.seals_topic
+                and headers.get(DLQ_CONSUMER) == CONSUMER
+            ):
+                with contextlib.suppress(ValueError):
+                    offsets.add(int(headers.get(DLQ_SOURCE_OFFSET, "")))
+        return offsets
+
+    async def _seal_until(self, stop: asyncio.Event) -> None:
+        limit = self.settings.notary_seal_records
+        prefix_len = len(self.settings.topic_prefix)
+        while not stop.is_set():
+            batch = await self.consumer.getmany(timeout_ms=200, max_records=limit * 4)
+            for tp, raws in batch.items():
+                where = (tp.topic[prefix_len:], tp.partition)
+                pending = self.pending.setdefault(where, [])
+                if raws and not pending:
+                    self.waiting_since[where] = time.monotonic()
+                for raw in raws:
+                    pending.append((raw.offset, leaf_of(raw)))
+                    if len(pending) >= limit:
+                        await self._seal(where)
+                        pending = self.pending.setdefault(where, [])
+                        self.waiting_since[where] = time.monotonic()
+            interval = self.settings.notary_seal_interval_s
+            for where, pending in list(self.pending.items()):
+                if pending and time.monotonic() - self.waiting_since[where] >= interval:
+                    await self._seal(where)
+            await self._store_unstored()
+
+    async def _flush_pending(self) -> None:
+        """At a clean stop, seal what was read: nothing waits for the next start."""
+        if not self.ready.is_set():
+            return
+        with contextlib.suppress(*CONSUMER_OUTAGE_ERRORS):
+            for where, pending in list(self.pending.items()):
+                if pending:
+                    await self._seal(where)
+            await self._store_unstored()
+
+    async def _seal(self, where: Partition) -> Seal:
+        """Sign the seal over a partition's waiting records, append it, then store it."""
+        assert self.key is not None
+        leaves = self.pending.pop(where)
+        seal = next_seal(
+            self.last.get(where),
+            self.settings.topic_prefix,
+            where[0],
+            where[1],
+            leaves,
+            utcnow().isoformat(),
+            self.key,
+        )
+        await retrying(
+            lambda: self.ledger.send_raw(
+                self.seals_topic, f"{where[0]}/{where[1]}".encode(), seal.encode(), []
+            ),
+            outage=self.ledger.outage,
+            transient=broker_unavailable,
+            backoff=self.settings.reconnect_backoff(),
+        )
+        self.last[where] = seal
+        self.seals += 1
+        metrics.SEALS.labels(topic=where[0]).inc()
+        await self._store(seal)
+        return seal
+
+    async def _store(self, seal: Seal) -> None:
+        try:
+            await asyncio.to_thread(self.store.put, seal)
+        except ObjectStoreError as exc:
+            log.warning("seal of %s not stored yet, will retry: %s", seal.where, exc)
+            if seal not in self.unstored:
+                self.unstored.append(seal)
+
+    async def _store_unstored(self) -> None:
+        waiting, self.unstored = self.unstored, []
+        for seal in waiting:
+            await self._store(seal)
+
+    async def _close_consumer(self) -> None:
+        consumer, self.consumer = self.consumer, None
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                await consumer.stop()

@@ -1,0 +1,269 @@
+"""The notary and ``audit verify`` on the real broker and object store.
+
+The notary seals a test's own topics (every few records), is killed in the middle and
+started again; ``audit verify`` then passes on the untouched topics, from the topic and
+from the store. A copy of the topics under another prefix, with one record altered, one
+deleted and two swapped (what a broker administrator could do: rewrite a topic), fails
+with each change at its offset; a seal signed with another key is reported as forged
+and the notary does not chain onto it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import NewTopic
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from infra.topics import admin_client, delete_topics, ensure_topics
+from services.ledger import Ledger, partition_for
+from services.ledger.client import DLQ_CONSUMER, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
+from services.notary import keys
+from services.notary.chain import next_seal
+from services.notary.service import Notary
+from services.notary.store import SealStore
+from services.notary.verify import Report, verify
+from services.settings import SEALED_TOPICS, Settings
+from tests.processors.harness import submitted
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+JOB = "job-sealed"
+"""The job whose partition of job-events gets the tampering."""
+OTHER = next(
+    job
+    for job in (f"job-other-{n}" for n in range(100))
+    if partition_for(job, 6) != partition_for(JOB, 6)
+)
+"""A job on another partition of job-events (with the default six partitions)."""
+
+
+@pytest_asyncio.fixture
+async def sealing(topics: Settings, tmp_path: Path) -> AsyncIterator[Settings]:
+    """The test's topics with a notary key of their own, sealing every 4 records."""
+    settings = topics.model_copy(
+        update={
+            "notary_key_file": tmp_path / "notary.key",
+            "notary_keys_dir": tmp_path / "keys",
+            "notary_seal_records": 4,
+            "notary_seal_interval_s": 0.5,
+        }
+    )
+    keys.keygen(settings)
+    try:
+        yield settings
+    finally:
+        store = SealStore(settings)
+        for key, _ in await asyncio.to_thread(store.all, settings.topic_prefix):
+            await asyncio.to_thread(store.client.delete_object, Bucket=settings.s3_bucket, Key=key)
+
+
+async def append(settings: Settings, count: int) -> None:
+    """``count`` submissions of JOB (one partition) and one of another job each time,
+    and a log chunk's worth of raw records on log-chunks."""
+    async with Ledger(settings, "test") as ledger:
+        await ledger.append_many([submitted(JOB) for _ in range(count)])
+        await ledger.append(submitted(OTHER))
+        for n in range(2):
+            await ledger.send_raw(
+                settings.topic("log-chunks"), JOB.encode(), b"line %d" % n, [("h", b"x")]
+            )
+
+
+async def all_sealed(notary: Notary) -> bool:
+    """Whether every record of every sealed partition is under a seal."""
+    settings = notary.settings
+    for suffix in SEALED_TOPICS:
+        topic = settings.topic(suffix)
+        count = await notary.ledger.partitions(topic)
+        ends = await notary.ledger.end_offsets(topic, range(count))
+        for partition, end in ends.items():
+            seal = notary.last.get((suffix, partition))
+            if end and (seal is None or seal.end_offset != end):
+                return False
+    return True
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Notary]:
+    """A notary serving in the background; killed (cancelled, no clean stop) on exit."""
+    notary = await Notary(settings).start()
+    task = asyncio.create_task(notary.serve_until(asyncio.Event()))
+    try:
+        yield notary
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await notary.stop()
+
+
+async def seal_with_a_restart(settings: Settings) -> None:
+    """Seal, kill the notary while records wait for their seal, start again, seal all."""
+    await append(settings, 6)
+    async with running(settings) as notary:
+        await eventually(lambda: all_sealed(notary), "the first records sealed")
+        # Killed while records wait for their seal: one seal's worth short, and no interval.
+        notary.settings = settings.model_copy(update={"notary_seal_interval_s": 3600})
+        await append(settings, 3)
+        where = ("job-events", partition_of(settings))
+        await eventually(lambda: len(notary.pending.get(where, ())) == 3, "3 records read")
+    await append(settings, 5)
+    async with running(settings) as notary:
+        await eventually(lambda: all_sealed(notary), "every record sealed after the restart")
+
+
+def partition_of(settings: Settings) -> int:
+    """JOB's partition of job-events."""
+    return partition_for(JOB, settings.job_partitions)
+
+
+def problems(report: Report) -> list[str]:
+    return [f"{p.kind}: {p.detail}" for p in report.seal_problems] + [
+        f.line() for f in report.findings
+    ]
+
+
+async def test_an_untouched_ledger_verifies_from_the_topic_and_from_the_store(
+    sealing: Settings,
+) -> None:
+    await seal_with_a_restart(sealing)
+    accepted = keys.public_keys(sealing)
+    for from_store in (False, True):
+        report = await verify(sealing, accepted, from_store=from_store)
+        assert problems(report) == [], report.lines()
+        assert report.ok and report.unsealed == []
+        assert report.sealed_records == report.records == 6 + 1 + 2 + 3 + 1 + 2 + 5 + 1 + 2
+    # The chain is unbroken across the kill (no seal problem above) and nothing was
+    # sealed twice: every seal on the topic is in a chain.
+    async with Ledger(sealing, "test") as ledger:
+        on_topic = [raw async for raw in ledger.read_raw(sealing.topic("ledger-seals"))]
+    assert report.seals == len(on_topic)
+    # Records appended now are reported as unsealed, and that alone is no failure.
+    await append(sealing, 1)
+    report = await verify(sealing, accepted)
+    assert report.ok
+    assert {(u.topic, u.count) for u in report.unsealed} >= {("job-events", 1)}
+
+
+async def copy_tampered(sealed: Settings, target: Settings) -> dict[str, list[int]]:
+    """Copy every sealed topic to ``target``'s prefix as it was (bytes, keys, headers,
+    timestamps), except in JOB's partition of job-events: the 2nd record altered, the
+    4th deleted, the 7th and 8th swapped. Returns those sealed offsets by change."""
+    changes = {"altered": [1], "deleted": [3], "reordered": [6, 7]}
+    async with admin_client(target) as admin:
+        # The copy of job-events takes the producer's timestamps (the original's broker
+        # stamps them), or every record would differ by its time alone.
+        await admin.create_topics(
+            [
+                NewTopic(
+                    target.topic("job-events"),
+                    num_partitions=target.job_partitions,
+                    replication_factor=target.replication_factor,
+                    topic_configs={"message.timestamp.type": "CreateTime"},
+                )
+            ]
+        )
+    await ensure_topics(target)
+    producer = AIOKafkaProducer(bootstrap_servers=target.kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        async with Ledger(sealed, "test") as ledger:
+            for suffix in SEALED_TOPICS:
+                by_partition: dict[int, list[Any]] = {}
+                async for raw in ledger.read_raw(sealed.topic(suffix)):
+                    by_partition.setdefault(raw.partition, []).append(raw)
+                for partition, raws in by_partition.items():
+                    records = [(r.key, r.value, list(r.headers), r.timestamp) for r in raws]
+                    if suffix == "job-events" and partition == partition_of(sealed):
+                        key, value, headers, stamp = records[1]
+                        records[1] = (key, value[:-1] + bytes([value[-1] ^ 1]), headers, stamp)
+                        records[6], records[7] = records[7], records[6]
+                        del records[3]
+                    for key, value, headers, stamp in records:
+                        await producer.send_and_wait(
+                            target.topic(suffix),
+                            value,
+                            key=key,
+                            partition=partition,
+                            timestamp_ms=stamp,
+                            headers=headers,
+                        )
+    finally:
+        await producer.stop()
+    return changes
+
+
+async def test_a_tampered_copy_shows_each_change_at_its_offset_and_a_forged_seal(
+    sealing: Settings,
+) -> None:
+    await seal_with_a_restart(sealing)
+    copy = sealing.model_copy(update={"topic_prefix": f"t-{uuid.uuid4().hex[:8]}."})
+    try:
+        changes = await copy_tampered(sealing, copy)
+        accepted = keys.public_keys(sealing)
+        report = await verify(copy, accepted, sealed_prefix=sealing.topic_prefix)
+        assert not report.ok
+        assert report.seal_problems == []
+        found = sorted((f.kind, f.sealed_offset) for f in report.findings)
+        wanted = sorted((kind, o) for kind, offsets in changes.items() for o in offsets)
+        assert found == wanted, "\n".join(report.lines())
+        assert all(f.topic == "job-events" for f in report.findings)
+        assert all(f.partition == partition_of(copy) for f in report.findings)
+        assert "job-events" in "\n".join(report.lines()) and report.lines()[-1] == "FAILED"
+    finally:
+        await delete_topics(copy)
+
+    # A seal signed with another key, appended where the notary's go: forged.
+    async with Ledger(sealing, "test") as ledger:
+        notary_last = None
+        async for raw in ledger.read_raw(sealing.topic("ledger-seals")):
+            notary_last = raw
+        assert notary_last is not None
+        from services.notary.chain import Seal
+
+        last = Seal.decode(notary_last.value)
+        forged = next_seal(
+            last,
+            sealing.topic_prefix,
+            last.topic,
+            last.partition,
+            [(last.end_offset, "0" * 64)],
+            "now",
+            Ed25519PrivateKey.generate(),
+        )
+        where = await ledger.send_raw(sealing.topic("ledger-seals"), b"forged", forged.encode(), [])
+    report = await verify(sealing, keys.public_keys(sealing))
+    assert [(p.source, p.kind) for p in report.seal_problems] == [
+        (f"{sealing.topic('ledger-seals')}@{where.offset}", "forged")
+    ]
+    assert report.findings == [] and not report.ok
+
+    # The notary does not chain onto it, parks it once, and seals on past it.
+    for _ in range(2):
+        async with running(sealing) as notary:
+            await eventually(lambda: notary.ready.is_set(), "the notary resumed")
+            assert notary.last[(last.topic, last.partition)] == last
+    async with Ledger(sealing, "test") as ledger:
+        parked = [
+            {name: bytes(value).decode() for name, value in raw.headers}
+            async for raw in ledger.read_raw(sealing.topic("dead-letter"))
+        ]
+    assert [(h[DLQ_SOURCE_OFFSET], h[DLQ_CONSUMER]) for h in parked] == [
+        (str(where.offset), "notary")
+    ]
+    assert parked[0][DLQ_SOURCE_TOPIC] == sealing.topic("ledger-seals")
+    await append(sealing, 1)
+    async with running(sealing) as notary:
+        await eventually(lambda: all_sealed(notary), "sealed past the forged seal")
+    report = await verify(sealing, keys.public_keys(sealing))
+    assert report.findings == [] and [p.kind for p in report.seal_problems] == ["forged"]
