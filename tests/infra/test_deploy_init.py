@@ -19,12 +19,20 @@ def test_init_writes_tokens_credentials_key_and_identities_once(
     monkeypatch.setenv("GRIDLEDGER_TOKENS_FILE", str(tmp_path / "etc" / "tokens.json"))
     monkeypatch.setenv("GRIDLEDGER_S3_CREDENTIALS_FILE", str(tmp_path / "etc" / "s3-creds.json"))
     monkeypatch.setenv("GRIDLEDGER_SECRETS_KEY_FILE", str(tmp_path / "etc" / "secrets.key"))
+    monkeypatch.setenv("GRIDLEDGER_NOTARY_KEY_FILE", str(tmp_path / "etc" / "notary.key"))
     identities = tmp_path / "etc" / "s3.json"
     assert main(["dev", "init", "--s3-identities", str(identities)]) == 0
     assert "(created)" in capsys.readouterr().out
     creds = json.loads((tmp_path / "etc" / "s3-creds.json").read_text())
     assert set(creds["tenants"]) == {"dev", "other"} and creds["admin"]["secret_key"]
-    for name in ("tokens.json", "dev-tokens.json", "s3-creds.json", "s3.json", "secrets.key"):
+    for name in (
+        "tokens.json",
+        "dev-tokens.json",
+        "s3-creds.json",
+        "s3.json",
+        "secrets.key",
+        "notary.key",
+    ):
         path = tmp_path / "etc" / name
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     by_name = {i["name"]: i for i in json.loads(identities.read_text())["identities"]}
@@ -40,7 +48,7 @@ def test_init_writes_tokens_credentials_key_and_identities_once(
     before = {p.name: p.read_text() for p in (tmp_path / "etc").iterdir()}
     assert main(["dev", "init", "--s3-identities", str(identities)]) == 0
     out = capsys.readouterr().out
-    assert "created" not in out and "written" not in out and out.count("(kept)") == 4
+    assert "created" not in out and "written" not in out and out.count("(kept)") == 5
     assert {p.name: p.read_text() for p in (tmp_path / "etc").iterdir()} == before
 
 
