@@ -229,7 +229,8 @@ def rejected(
     ``now``, with the report's numbers. The explanation reads "<the numbers> — <what
     to change>": the numbers become the summary and the suggestion the advice.
     """
-    found, _, fix = report.explanation.partition(" — ")
+    # The last dash: what comes before it may quote the tenant's own gpu_models, dashes and all.
+    found, _, fix = report.explanation.rpartition(" — ")
     return JobRejected.derived(
         cause,
         by,

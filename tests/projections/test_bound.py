@@ -11,7 +11,7 @@ conflicting terminal event for the same job.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import given
@@ -288,3 +288,18 @@ def test_thresholds_read_the_service_settings_by_name() -> None:
         10.0,
     )
     assert t.stop_grace_s == 3
+
+
+def test_the_bound_waits_out_a_silence_longer_than_the_finishing_deadline() -> None:
+    # A node silent for silence_s + lost_after_s (300 s) before its attempt is declared lost
+    # outlasts the finishing deadline (120 s): the job's deadline waits for the loss.
+    spec = JobSpec.model_validate(
+        {"image": "x", "limits": {"max_runtime_s": 100, "queue_timeout_s": 50},
+         "retry": {"max_attempts": 2, "backoff_s": 5}}
+    )  # fmt: skip
+    slow = T.model_copy(update={"silence_s": 200.0, "lost_after_s": 100.0})
+    assert slow.finishing_timeout_s == 120
+    per_attempt = 50 + 60 + 10 + 100 + 10 + (200 + 100) + 1
+    submitted = datetime(2026, 1, 1, tzinfo=UTC)
+    deadline = terminal_deadline(submitted, spec, slow)
+    assert deadline == submitted + timedelta(seconds=2 * per_attempt + 5)

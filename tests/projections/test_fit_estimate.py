@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
-from projections.fit import check_fit, estimate_vram_gb, gpu_model_matches
-from tests.projections.histories import fleet, job_spec
+from projections.fit import check_fit, estimate_vram_gb, gpu_model_matches, rejected
+from schemas.events import JobSubmitted
+from tests.projections.histories import T0, fleet, job_spec
 
 
 def model_spec(params: float, dtype: str = "fp16", mode: str = "inference", gpus: int = 1):
@@ -97,7 +99,38 @@ def test_an_empty_fleet_proves_nothing() -> None:
         ("A10", "NVIDIA A10G", False),
         ("H100", "NVIDIA H100 80GB HBM3", True),
         ("A100-80GB", "NVIDIA A100-PCIE-40GB", False),
+        # The device's own name, as `gridledger nodes` shows it, is the model it is.
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", True),
     ],
 )
 def test_gpu_model_matching(wanted: str, model: str, ok: bool) -> None:
     assert gpu_model_matches(wanted, model) is ok
+
+
+def test_the_need_placement_uses_is_the_need_the_report_shows() -> None:
+    # 10 GiB over 3 GPUs: both say 3.33 GiB per GPU, so a node the report counts is one
+    # placement takes.
+    spec = job_spec(resources={"gpus": 3, "min_vram_gb": 10})
+    report = check_fit(spec, fleet(("a", "A10G", 3, 24)))
+    assert report.fits and report.required_vram_gb == 3.33
+    assert estimate_vram_gb(spec) == report.required_vram_gb
+
+
+def test_the_advice_never_asks_for_more_gpus_than_a_spec_may_request() -> None:
+    # 170 GiB fits 17 GPUs of 10 GiB on the one node, but a spec may ask for 16 at most.
+    with pytest.raises(ValidationError, match="16"):
+        job_spec(resources={"gpus": 17})
+    spec = job_spec(resources={"gpus": 1, "min_vram_gb": 170})
+    report = check_fit(spec, fleet(("a", "A10G", 17, 10)))
+    assert not report.fits
+    assert report.explanation.endswith("no node has enough GPUs for it; use a smaller model")
+
+
+def test_a_rejection_quoting_the_tenant_s_models_keeps_its_advice_whole() -> None:
+    # The tenant's own text (dashes in a gpu_models item) cannot cut the message elsewhere.
+    spec = job_spec(resources={"gpus": 1, "gpu_models": ["H100 — the big one"]})
+    report = check_fit(spec, fleet(("a", "A10G", 1, 24)))
+    cause = JobSubmitted(job_id="j", occurred_at=T0, tenant="t", spec=spec)
+    event = rejected(cause, report, by="scheduler", producer="scheduler", now=T0)
+    assert event.advice == "Accept one of those models."
+    assert "(H100 — the big one); the fleet has A10G" in event.summary

@@ -543,3 +543,27 @@ def test_two_gpus_of_two_models_on_the_only_node_are_rejected_at_submit_not_left
     assert out[0].advice == "Request at most 1 GPUs or a smaller model."
     out = run(s, submit("one", resources={"gpus": 1}))
     assert [type(e) for e in out] == [JobQueued, AttemptScheduled]
+
+
+def test_a_rejection_is_the_same_event_whichever_instance_decides_it_and_occurs_then() -> None:
+    """Two scheduler instances (or one after a restart) derive the same rejection id, so the
+    ledger keeps one; its producer names the instance and it occurs when the check ran."""
+    big = {"params_billion": 16, "dtype": "fp16"}
+    later = T0 + timedelta(seconds=7)
+    sub = submit("now", model=big)
+    decided = []
+    for producer in ("scheduler/host-1", "scheduler/host-2"):
+        s = SchedulerState(SchedulerConfig(producer=producer), check_fit_against)
+        (early,) = run(s, node("a", count=4, gb=24), sub, now=later)
+        decided.append(early)
+    one, two = decided
+    assert isinstance(one, JobRejected) and one.event_id == two.event_id
+    assert one.event_id == derived_event_id(sub.event_id, "scheduler")
+    assert (one.producer, two.producer) == ("scheduler/host-1", "scheduler/host-2")
+    assert one.occurred_at == later and one.attempt == 0
+    s = SchedulerState(SchedulerConfig(producer="scheduler/host-1"), check_fit_against)
+    (queued,) = run(s, submit("late", model=big))
+    (late,) = run(s, node("a", count=4, gb=24, at=later), now=later)
+    assert isinstance(late, JobRejected) and late.occurred_at == later
+    assert late.event_id == derived_event_id(queued.event_id, "scheduler", "reject")
+    assert late.producer == "scheduler/host-1"
