@@ -1,37 +1,57 @@
-"""Mutation check of the pure core: break one rule at a time, see whether a test notices.
+"""Mutation testing of the pure core: mutmut generates the mutants, the pure tests must kill them.
 
-    python -m bench.mutation              # every mutation; exit 1 if any survives
-    python -m bench.mutation --list       # the mutations, without running anything
-    python -m bench.mutation ID [ID ...]  # some of them
+    python -m bench.mutation run [MODULE ...]  # mutmut over the pure core (default: all of it)
+    python -m bench.mutation report            # bench/results/mutation.{json,md} from that run
+    python -m bench.mutation sample            # the report's fixed, seeded sample, re-run
+    python -m bench.mutation rules [ID ...]    # the hand-written rules mutmut cannot generate
 
-Each mutation in :data:`MUTATIONS` is data: a file under ``projections/`` (or
-``schemas/``), a snippet that must occur in it exactly once, its replacement and
-the rule it breaks. For each one, the repository's pure packages and tests are
-copied to a scratch folder, the snippet is replaced there (the working tree is
-never touched), and the pure test subset (:data:`TESTS`, no broker, Postgres or
-Docker needed) runs against the copy. A mutation no test fails on is a
-*survivor*: a rule nothing pins. A snippet that no longer occurs is reported as
-stale, so the list cannot silently rot when the code changes.
+``run`` drives mutmut (``[tool.mutmut]`` in pyproject.toml: the modules, the pure test
+subset) under ``nice -n 19`` with one worker, module by module as named (``projections/fit.py``
+or ``projections.fit``), in the scratch folder ``mutants/``. ``report`` counts each module's
+mutants (killed, survived, equivalent, timeouts, no tests) and writes the report;
+:data:`EQUIVALENT` lists the survivors that change no behaviour, each with why. It exits 1
+when a non-equivalent survivor is left or an equivalent entry no longer matches its mutant.
+``sample`` re-applies the report's sample (:data:`SAMPLE_SIZE` mutants drawn with
+:data:`SAMPLE_SEED`, each a snippet of the source and its mutated text) one at a time to a
+scratch copy and runs the tests that cover it; it exits 1 when one survives or no longer
+applies (tests/bench/test_mutation_sample.py runs it in the default test run).
+
+:data:`MUTATIONS` are the hand-written rules kept because they are shapes mutmut 3 does not
+generate: a branch or a statement removed, an expression replaced by a neighbouring one, a
+row of a module-level table (mutmut mutates function bodies only), an event envelope
+(``schemas/`` is not in mutmut's scope). Each is a file, a snippet that must occur in it
+exactly once, its replacement and the rule it breaks; a snippet that no longer occurs is
+reported as stale, so the list cannot silently rot.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import random
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import tomllib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 COPIED = ("projections", "schemas", "services", "infra", "tests", "pyproject.toml", "README.md")
 """What the tests read (tests/conftest.py imports infra and services.settings; the class
 table test reads the README)."""
 TESTS = ("tests/projections", "tests/golden", "tests/processors/test_dispatch.py")
-"""The pure test subset every mutation is run against."""
+"""The pure test subset the hand-written rules are run against."""
+REPORT_JSON = ROOT / "bench/results/mutation.json"
+REPORT_MD = ROOT / "bench/results/mutation.md"
+SAMPLE_SEED = 22
+SAMPLE_SIZE = 8
+MUTANTS = ROOT / "mutants"
 
 
 @dataclass(frozen=True)
@@ -159,6 +179,257 @@ MUTATIONS: tuple[Mutation, ...] = (
 # fmt: on
 
 
+EQUIVALENT: dict[str, tuple[str, str]] = {}
+"""Survivors that change no behaviour: mutmut name -> (the mutated line, why it is
+equivalent). The mutated line is checked against the mutant, so an entry whose mutant was
+renumbered by a later change to its function is reported as stale instead of hiding a new
+survivor."""
+
+
+def _mutmut_config() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+
+
+def pure_modules() -> list[str]:
+    """The files mutmut mutates: ``source_paths`` of ``[tool.mutmut]``, folders expanded."""
+    out: list[str] = []
+    for entry in _mutmut_config()["source_paths"]:
+        path = ROOT / entry
+        files = sorted(path.glob("*.py")) if path.is_dir() else [path]
+        out += [str(f.relative_to(ROOT)) for f in files if f.name != "__init__.py"]
+    return out
+
+
+def _pattern(module: str) -> str:
+    """The name glob mutmut takes for the mutants of one module (``projections/fit.py`` or
+    ``projections.fit``)."""
+    if "*" in module:
+        return module  # already a glob of mutant names, e.g. projections.fit.x_holds__mutmut_*
+    dotted = module.removesuffix(".py").replace("/", ".")
+    return f"{dotted}.*"
+
+
+def _mutmut(argv: list[str]) -> None:
+    """Run mutmut's command line in this process (it forks one child per mutant).
+
+    mutmut 3.7 records which test covers a function from ``Item._nodeid``, which pytest 9
+    no longer has; 3.8 reads ``nodeid`` but needs click >= 8.4.2, which faust-streaming
+    0.15.3's pin (< 8.4) forbids. So 3.7, with the attribute it reads given back.
+    """
+    import _pytest.nodes
+    from mutmut.__main__ import cli
+
+    if not hasattr(_pytest.nodes.Node, "_nodeid"):
+        nodeid = property(lambda self: self.nodeid)
+        setattr(_pytest.nodes.Node, "_nodeid", nodeid)  # noqa: B010 (the name mutmut reads)
+    os.chdir(ROOT)
+    cli.main(argv, standalone_mode=False)
+
+
+def run(modules: list[str]) -> int:
+    """``run``: mutmut over the named modules (default: every pure module), one at a time."""
+    os.nice(19)
+    os.environ["GRIDLEDGER_HYPOTHESIS_PROFILE"] = "mutation"
+    os.environ["GRIDLEDGER_PROPERTY_EXAMPLES"] = "15"
+    for module in modules or pure_modules():
+        started = time.monotonic()
+        print(f"== {module}", flush=True)
+        pid = os.fork()  # mutmut keeps global state per run: one process per module
+        if pid == 0:
+            try:
+                _mutmut(["run", "--max-children", "1", _pattern(module)])
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        print(f"== {module}: {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no_tests", 33: "no_tests",
+          36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout",
+          34: "skipped", None: "not_checked"}  # fmt: skip
+"""mutmut's exit codes (``status_by_exit_code`` in mutmut/__main__.py), in the report's words;
+any other is 'suspicious'."""
+
+
+def _results() -> dict[str, dict[str, str]]:
+    """Module path -> mutant name -> status, from mutmut's ``mutants/*.meta``."""
+    out: dict[str, dict[str, str]] = {}
+    for module in pure_modules():
+        meta = MUTANTS / f"{module}.meta"
+        codes = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+        out[module] = {name: STATUS.get(code, "suspicious") for name, code in codes.items()}
+    return out
+
+
+def _functions(name: str, module: str) -> tuple[str, str]:
+    """The original and the mutated text of the function a mutant changes."""
+    import libcst as cst
+    from mutmut.__main__ import (
+        read_functions_from_index,
+        read_mutant_function,
+        read_mutants_module,
+        read_original_function,
+    )
+
+    os.chdir(ROOT)
+    functions = read_functions_from_index(name, module)
+    if functions is None:
+        tree = read_mutants_module(module)
+        functions = (read_original_function(tree, name), read_mutant_function(tree, name))
+    orig, mutant = (cst.Module([f]).code.strip("\n") for f in functions)
+    return orig, mutant
+
+
+def _snippet(name: str, module: str) -> dict[str, str]:
+    """A mutant as data: a snippet that occurs once in the module and its mutated text.
+
+    The changed lines, with as much context as makes them unique in the file (methods come
+    back dedented from mutmut, so the class's indentation is put back).
+    """
+    import difflib
+
+    orig, mutant = (text.splitlines() for text in _functions(name, module))
+    source = (ROOT / module).read_text()
+    ops = [op for op in difflib.SequenceMatcher(a=orig, b=mutant).get_opcodes() if op[0] != "equal"]
+    i1, i2, j1, j2 = ops[0][1], ops[-1][2], ops[0][3], ops[-1][4]
+    for context in range(len(orig)):
+        a, b = max(i1 - context, 0), min(i2 + context, len(orig))
+        before = orig[a:b]
+        after = orig[a:i1] + mutant[j1:j2] + orig[i2:b]
+        for indent in ("", "    ", "        "):
+            find = "\n".join(indent + ln if ln else ln for ln in before) + "\n"
+            if source.count(find) == 1:
+                replace = "\n".join(indent + ln if ln else ln for ln in after) + "\n"
+                changed = [ln.strip() for ln in mutant[j1:j2]]
+                return {"find": find, "replace": replace, "mutated": " / ".join(changed)}
+    raise ValueError(f"{name}: no unique snippet of {module} holds it")
+
+
+def _tests_for(name: str) -> list[str]:
+    """The tests that cover the mutant's function (mutmut's stats), fastest first."""
+    stats = json.loads((MUTANTS / "mutmut-stats.json").read_text())
+    function = name.partition("__mutmut_")[0]
+    tests = stats["tests_by_mangled_function_name"].get(function, [])
+    return sorted(tests, key=lambda t: stats["duration_by_test"].get(t, 0.0))
+
+
+def report() -> int:
+    """``report``: count the last run's verdicts per module and write the report."""
+    results = _results()
+    modules: dict[str, dict[str, int]] = {}
+    survivors: list[dict[str, str]] = []
+    equivalent: list[dict[str, str]] = []
+    stale: list[str] = []
+    for module, verdicts in results.items():
+        counts = Counter(verdicts.values())
+        for name, verdict in sorted(verdicts.items()):
+            if verdict != "survived":
+                if name in EQUIVALENT:
+                    stale.append(f"{name} is listed as equivalent but was {verdict}")
+                continue
+            snippet = _snippet(name, module)
+            if name in EQUIVALENT:
+                mutated, why = EQUIVALENT[name]
+                if mutated != snippet["mutated"]:
+                    stale.append(f"{name}: listed as '{mutated}', is '{snippet['mutated']}'")
+                    survivors.append({"name": name, "module": module, **snippet})
+                    continue
+                counts["survived"] -= 1
+                counts["equivalent"] += 1
+                equivalent.append({"name": name, "module": module, "mutated": mutated, "why": why})
+            else:
+                survivors.append({"name": name, "module": module, **snippet})
+        modules[module] = {
+            "mutants": len(verdicts),
+            **{k: counts[k] for k in ("killed", "survived", "equivalent", "timeout", "no_tests",
+                                      "not_checked", "suspicious")},
+        }  # fmt: skip
+    totals = {k: sum(m[k] for m in modules.values()) for k in next(iter(modules.values()))}
+    tested = totals["killed"] + totals["survived"] + totals["timeout"]
+    rate = totals["survived"] / tested if tested else 0.0
+    killed = sorted(
+        (name, module)
+        for module, verdicts in results.items()
+        for name, verdict in verdicts.items()
+        if verdict == "killed"
+    )
+    drawn = random.Random(SAMPLE_SEED).sample(killed, min(SAMPLE_SIZE, len(killed)))
+    sample = [{"name": n, "module": m, **_snippet(n, m), "tests": _tests_for(n)} for n, m in drawn]
+    import mutmut
+
+    data = {
+        "tool": f"mutmut {mutmut.__version__}",
+        "command": "python -m bench.mutation run && python -m bench.mutation report",
+        "tests": _mutmut_config()["pytest_add_cli_args_test_selection"],
+        "modules": modules,
+        "totals": totals,
+        "survival_rate_non_equivalent": round(rate, 4),
+        "survivors": survivors,
+        "equivalent": equivalent,
+        "sample_seed": SAMPLE_SEED,
+        "sample": sample,
+    }
+    REPORT_JSON.write_text(json.dumps(data, indent=1) + "\n")
+    REPORT_MD.write_text(_markdown(data))
+    print(REPORT_MD.read_text())
+    for problem in stale:
+        print(f"stale equivalent entry: {problem}")
+    return 1 if survivors or stale else 0
+
+
+def _markdown(data: dict[str, Any]) -> str:
+    keys = ("mutants", "killed", "survived", "equivalent", "timeout", "no_tests", "not_checked")
+    lines = [
+        f"# Mutation report ({data['tool']})",
+        "",
+        f"`{data['command']}`, against {', '.join(data['tests'])}.",
+        "",
+        "| module | " + " | ".join(keys) + " |",
+        "|---" * (len(keys) + 1) + "|",
+    ]
+    rows = [*data["modules"].items(), ("**total**", data["totals"])]
+    lines += [f"| {m} | " + " | ".join(str(c[k]) for k in keys) + " |" for m, c in rows]
+    rate = data["survival_rate_non_equivalent"]
+    lines += [
+        "",
+        f"Non-equivalent survivors: {rate:.1%} of the mutants run (goal: at most 5 %).",
+        "",
+    ]
+    lines += ["## Survivors", ""] + [
+        f"- `{s['name']}`: `{s['mutated']}`" for s in data["survivors"]
+    ] + ["", "## Equivalent mutants", ""] + [
+        f"- `{e['name']}`: `{e['mutated']}`: {e['why']}" for e in data["equivalent"]
+    ]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """One mutant of the report's sample: its snippet and the tests that cover it."""
+
+    name: str
+    module: str
+    find: str
+    replace: str
+    mutated: str
+    tests: list[str]
+
+
+def sample(timeout_s: float) -> int:
+    """``sample``: re-run the report's sampled mutants; 1 if one survives or is stale."""
+    drawn = [Sampled(**s) for s in json.loads(REPORT_JSON.read_text())["sample"]]
+    bad = 0
+    for s in drawn:
+        started = time.monotonic()
+        m = Mutation(s.name, s.module, s.find, s.replace, s.mutated)
+        verdict, detail = run_one(m, timeout_s, tests=tuple(s.tests))
+        print(f"{verdict:9} {s.name:60} {time.monotonic() - started:4.0f} s  {detail}", flush=True)
+        bad += verdict != "killed"
+    print(f"{len(drawn)} sampled mutants: {len(drawn) - bad} killed, {bad} not")
+    return 1 if bad else 0
+
+
 def _copy(to: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", "results")
     for name in COPIED:
@@ -183,16 +454,16 @@ def _apply(root: Path, m: Mutation) -> str:
 BASELINE = Mutation("baseline", "projections/__init__.py", "", "", "nothing: the unmutated copy")
 
 
-def run_one(m: Mutation, timeout_s: float) -> tuple[str, str]:
+def run_one(m: Mutation, timeout_s: float, tests: tuple[str, ...] = TESTS) -> tuple[str, str]:
     """('killed' | 'survived' | 'stale' | 'timeout', detail) for one mutation."""
-    with tempfile.TemporaryDirectory(prefix=f"mutant-{m.id}-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="mutant-") as scratch:
         root = Path(scratch)
         _copy(root)
         problem = _apply(root, m) if m is not BASELINE else ""
         if problem:
             return "stale", problem
         env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS]
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
         try:
             done = subprocess.run(
                 cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s
@@ -208,24 +479,11 @@ def run_one(m: Mutation, timeout_s: float) -> tuple[str, str]:
         return "killed", f"pytest exit {done.returncode}: {' '.join(tail)}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.mutation``: apply each mutation, run its tests, report the ones no test
-    caught."""
-    parser = argparse.ArgumentParser(prog="python -m bench.mutation", description=__doc__)
-    parser.add_argument("ids", nargs="*", help="mutation ids (default: all)")
-    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutation")
-    args = parser.parse_args(argv)
-    chosen = [m for m in MUTATIONS if not args.ids or m.id in args.ids]
-    unknown = sorted(set(args.ids) - {m.id for m in MUTATIONS})
-    if unknown:
-        parser.error(f"unknown mutation ids {unknown}; see --list")
-    if args.list:
-        for m in chosen:
-            print(f"{m.id:32} {m.path:28} {m.breaks}")
-        return 0
+def rules(ids: list[str], timeout_s: float) -> int:
+    """``rules``: apply each hand-written mutation, run the pure tests, list the survivors."""
+    chosen = [m for m in MUTATIONS if not ids or m.id in ids]
     # A test failing without any mutation would "kill" every mutant: check the copy first.
-    verdict, detail = run_one(BASELINE, args.timeout)
+    verdict, detail = run_one(BASELINE, timeout_s)
     if verdict != "survived":
         print(f"the unmutated copy does not pass its tests ({verdict}: {detail}); fix that first")
         return 2
@@ -233,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     broken: list[Mutation] = []
     for m in chosen:
         started = time.monotonic()
-        verdict, detail = run_one(m, args.timeout)
+        verdict, detail = run_one(m, timeout_s)
         took = time.monotonic() - started
         print(f"{verdict:9} {m.id:32} {took:5.0f} s  {detail}", flush=True)
         if verdict == "survived":
@@ -248,6 +506,46 @@ def main(argv: list[str] | None = None) -> int:
     for m in survivors:
         print(f"  survivor {m.id}: nothing pins '{m.breaks}' ({m.path})")
     return 1 if survivors or broken else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.mutation``: see the module's docstring."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.mutation",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_run = sub.add_parser("run", help="mutmut over the pure core (default: every module)")
+    p_run.add_argument(
+        "modules", nargs="*", help="e.g. projections/fit.py, or a glob of mutmut's mutant names"
+    )
+    sub.add_parser("report", help="write bench/results/mutation.{json,md}")
+    p_sample = sub.add_parser("sample", help="re-run the report's seeded sample")
+    p_sample.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant")
+    p_rules = sub.add_parser("rules", help="the hand-written mutations")
+    p_rules.add_argument("ids", nargs="*", help="mutation ids (default: all)")
+    p_rules.add_argument("--list", action="store_true", help="list them and exit")
+    p_rules.add_argument("--timeout", type=float, default=600.0, help="seconds per mutation")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        unknown = sorted(m for m in set(args.modules) - set(pure_modules()) if "*" not in m)
+        if unknown:
+            parser.error(f"not a pure module of [tool.mutmut]: {unknown}")
+        return run(args.modules)
+    if args.command == "report":
+        return report()
+    if args.command == "sample":
+        return sample(args.timeout)
+    unknown = sorted(set(args.ids) - {m.id for m in MUTATIONS})
+    if unknown:
+        parser.error(f"unknown mutation ids {unknown}; see rules --list")
+    if args.list:
+        for m in MUTATIONS:
+            if not args.ids or m.id in args.ids:
+                print(f"{m.id:32} {m.path:28} {m.breaks}")
+        return 0
+    return rules(args.ids, args.timeout)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
+from hypothesis import settings as hypothesis_settings
 
 from infra.stack import probe
 from infra.topics import delete_topics, ensure_topics
@@ -25,6 +26,12 @@ from services.settings import Settings, load_settings
 from tests.objectstore import PrivateStore
 
 _stack_problems: list[str] | None = None
+
+# The mutation run (python -m bench.mutation run) re-runs the property tests once per mutant:
+# it asks for fewer examples (a mutant they then miss is reported as a survivor, never hidden).
+hypothesis_settings.register_profile("mutation", max_examples=15)
+if os.environ.get("GRIDLEDGER_HYPOTHESIS_PROFILE"):
+    hypothesis_settings.load_profile(os.environ["GRIDLEDGER_HYPOTHESIS_PROFILE"])
 
 
 def in_ci() -> bool:
