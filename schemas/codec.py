@@ -187,6 +187,18 @@ def headers(obj: BaseModel) -> list[tuple[str, bytes]]:
     return hdrs
 
 
+def cloudevent(event: Event) -> dict[str, Any]:
+    """The event as a CloudEvents JSON object (structured content mode, as webhooks carry
+    it): the attributes :func:`headers` gives the record, ``datacontenttype``
+    ``application/json`` and ``data``, the event as JSON."""
+    attributes = {name[3:]: value.decode() for name, value in headers(event) if name[:3] == "ce_"}
+    return {
+        **attributes,
+        "datacontenttype": "application/json",
+        "data": event.model_dump(mode="json"),
+    }
+
+
 def decode(data: bytes, *, trusted: bool = False) -> BaseModel:
     """Decode any registered event or view, resolving its writer schema to the current one.
 

@@ -263,6 +263,25 @@ class Settings(BaseSettings):
     """File holding the secrets key; default ``<home>/secrets.key``, written (0600) by
     ``dev up``. The API needs it; a GPU host needs only its agent token."""
 
+    # ---- webhooks (services/webhooks)
+    webhooks_allow_loopback: bool = False
+    """Let webhook URLs reach 127.0.0.0/8 and ::1 (local use and tests). Off: a tenant's URL
+    that names or resolves to a loopback, private, link-local (169.254.169.254) or other
+    non-public address is refused, when added and again at every delivery."""
+    webhooks_timeout_s: float = Field(10.0, gt=0, le=60)
+    """A delivery's whole request, connect to the last byte read, before it counts as failed."""
+    webhooks_disable_after: int = Field(50, ge=1)
+    """Failed deliveries in a row after which a subscription is disabled, with its reason."""
+    webhooks_backoff_initial_s: float = Field(1.0, gt=0)
+    webhooks_backoff_cap_s: float = Field(600.0, gt=0)
+    """A failing subscription's next try: capped exponential backoff between these."""
+    webhooks_log_keep: int = Field(100, ge=1, le=10_000)
+    """Delivery attempts kept per subscription (the newest)."""
+    webhooks_rotation_overlap_s: int = Field(24 * 3600, ge=0)
+    """After a rotation, the previous secret signs too for this long (two signatures)."""
+    webhooks_concurrency: int = Field(32, ge=1)
+    """Subscriptions delivered to at once; each has its own queue, in order."""
+
     @model_validator(mode="after")
     def _check_secure_links(self) -> Settings:
         """Settings that would silently not do what they say are refused at start."""
@@ -288,6 +307,13 @@ class Settings(BaseSettings):
                 "or verify-full"
             )
         return self
+
+    def webhooks_backoff(self) -> Backoff:
+        """The wait before a failing webhook subscription's next delivery attempt."""
+        return Backoff(
+            self.webhooks_backoff_initial_s,
+            max(self.webhooks_backoff_cap_s, self.webhooks_backoff_initial_s),
+        )
 
     def reconnect_backoff(self) -> Backoff:
         """The backoff every service uses to reconnect to the broker and Postgres."""

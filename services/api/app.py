@@ -36,6 +36,7 @@ from services.api import (
     queries,
     security,
     tenant_secrets,
+    webhooks,
 )
 from services.api import models as m
 from services.api import usage as usage_api
@@ -924,6 +925,7 @@ OPERATIONS: tuple[Operation, ...] = (
         tags=("ops",),
     ),
     *tenant_secrets.OPERATIONS,
+    *webhooks.OPERATIONS,
     *console.OPERATIONS,
 )
 
@@ -1008,6 +1010,7 @@ def build_app(
     app[ROUTES] = operations
     app[OPENAPI] = openapi_document(operations)
     tenant_secrets.install(app, settings, pool)
+    webhooks.install(app, settings)
     register(app, operations)
     app.on_response_prepare.append(security.add_headers)
 

@@ -548,3 +548,90 @@ class AgentSecrets(ApiModel):
     attempt: int
     values: dict[str, str]
     missing: list[MissingSecret]
+
+
+# --------------------------------------------------------------------------- webhooks
+
+
+class WebhookCreate(ApiModel):
+    """The body of POST /v1/webhooks: where to deliver and which job events."""
+
+    url: str = Field(
+        ...,
+        description="http(s) URL of a public address, at most 2,048 characters, no credentials",
+    )
+    events: list[str] = Field(
+        ..., max_length=64, description="job event types, e.g. JobFailed, JobSucceeded"
+    )
+
+
+class WebhookInfo(ApiModel):
+    """What a tenant sees of one of its webhook subscriptions: never the secret."""
+
+    id: str
+    url: str
+    events: list[str]
+    created_at: datetime
+    rotated_at: datetime | None
+    enabled: bool
+    disabled_at: datetime | None
+    disabled_reason: str = Field(..., description="why it was disabled and what to do; empty")
+    consecutive_failures: int
+    pending: int = Field(..., description="events waiting for delivery")
+
+
+class WebhookCreated(WebhookInfo):
+    """The reply of POST /v1/webhooks: the subscription and its secret, shown this once."""
+
+    secret: str = Field(..., description="the Standard Webhooks signing secret (whsec_...)")
+
+
+class WebhookList(ApiModel):
+    """The reply of GET /v1/webhooks."""
+
+    webhooks: list[WebhookInfo]
+    count: int
+
+
+class WebhookRemoved(ApiModel):
+    """The reply of DELETE /v1/webhooks/{id}."""
+
+    id: str
+    removed: bool
+
+
+class WebhookRotated(ApiModel):
+    """The reply of POST /v1/webhooks/{id}/rotate: the new secret, shown this once."""
+
+    id: str
+    secret: str
+    previous_valid_until: datetime = Field(
+        ..., description="until then deliveries carry a signature with the previous secret too"
+    )
+
+
+class WebhookEnabled(ApiModel):
+    """The reply of POST /v1/webhooks/{id}/enable."""
+
+    id: str
+    enabled: bool
+
+
+class WebhookDelivery(ApiModel):
+    """One delivery attempt."""
+
+    event_id: str = Field(..., description="the event's id, its webhook-id header")
+    event_type: str
+    attempt: int
+    at: datetime
+    status_code: int | None = Field(..., description="the receiver's HTTP status; null: none")
+    latency_ms: int
+    ok: bool
+    error: str = Field(..., description="what failed; empty when delivered")
+
+
+class WebhookDeliveries(ApiModel):
+    """The reply of GET /v1/webhooks/{id}/deliveries: the latest attempts, newest first."""
+
+    id: str
+    deliveries: list[WebhookDelivery]

@@ -64,7 +64,7 @@ def install(app: web.Application, settings: Settings, pool: asyncpg.Pool) -> Non
     app[VAULT] = Vault(pool, key)
 
 
-def _with_key(handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+def with_key(handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """The route, given the pool and the key; a 503 that says so when there is no key."""
 
     async def route(request: web.Request) -> web.StreamResponse:
@@ -109,7 +109,7 @@ def _info(stored: secretstore.StoredSecret) -> dict[str, Any]:
 # --------------------------------------------------------------------------- tenant routes
 
 
-@_with_key
+@with_key
 async def set_secret(request: web.Request, pool: asyncpg.Pool, key: SecretsKey) -> web.Response:
     """PUT /v1/secrets/{name}: store or replace the tenant's secret (201 new, 200 replaced)."""
     tenant, name = request[TENANT_KEY], request.match_info["name"]
@@ -141,14 +141,14 @@ async def set_secret(request: web.Request, pool: asyncpg.Pool, key: SecretsKey) 
     return web.json_response(_info(info), status=201 if created else 200)
 
 
-@_with_key
+@with_key
 async def list_secrets(request: web.Request, pool: asyncpg.Pool, key: SecretsKey) -> web.Response:
     """GET /v1/secrets: the tenant's secrets, names, sizes and times only."""
     found = await secretstore.listing(pool, request[TENANT_KEY])
     return web.json_response({"secrets": [_info(s) for s in found], "count": len(found)})
 
 
-@_with_key
+@with_key
 async def remove_secret(request: web.Request, pool: asyncpg.Pool, key: SecretsKey) -> web.Response:
     """DELETE /v1/secrets/{name}: remove the tenant's secret; 404 when it has none by that name."""
     name = request.match_info["name"]
@@ -193,7 +193,7 @@ def authenticate_agent(request: web.Request) -> web.Response | None:
     return None
 
 
-@_with_key
+@with_key
 async def resolve_secrets(
     request: web.Request, pool: asyncpg.Pool, key: SecretsKey
 ) -> web.Response:

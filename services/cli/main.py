@@ -34,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "download": ("services.cli.artifacts", "fetch a job's outputs (or one PATH)"),
     "nodes": ("services.cli.nodes", "the fleet, with its inventory source"),
     "secret": ("services.cli.secrets", "your secrets: set, list, rm (values never shown)"),
+    "webhooks": (
+        "services.cli.webhooks",
+        "your webhooks: add, list, rm, rotate, enable, deliveries (signed job events)",
+    ),
     "demo": (
         "services.cli.demo",
         "start the local stack and two agents, run one job per failure mode, print a table",
@@ -70,7 +74,10 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
         "services.cli.simulate",
         "run simulated GPU nodes that speak the agent protocol, submit jobs, wait",
     ),
-    "run": ("services.cli.ops", "run sink, api, scheduler, processors and agents, supervised"),
+    "run": (
+        "services.cli.ops",
+        "run sink, api, scheduler, processors, webhooks and agents, supervised",
+    ),
     "health": ("services.cli.ops", "each service's liveness, readiness, checks and lag"),
     "login": ("services.cli.auth", "save an API URL and token as a profile (checked first)"),
     "logout": ("services.cli.auth", "forget a profile's token"),

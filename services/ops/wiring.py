@@ -60,23 +60,29 @@ def api_endpoints(settings: Settings, pool: Any) -> OpsEndpoints:
     return OpsEndpoints("api", checks)
 
 
+def _consuming(settings: Settings, service: Any, waiting_for: str) -> list[Check]:
+    """A consumer that stores its offsets in Postgres (``consumer``, ``positions``): whether
+    it consumes, and its lag from the offsets it stored."""
+
+    def consuming() -> tuple[bool, str]:
+        consumer = getattr(service, "consumer", None)
+        if consumer is None:
+            return False, f"not consuming yet (waiting for {waiting_for})"
+        return True, f"assigned {len(consumer.assignment())} partition(s)"
+
+    lag = _lag(settings, lambda: getattr(service, "consumer", None), lambda: service.positions)
+    return [StateCheck("consumer", consuming), lag]
+
+
 # --------------------------------------------------------------------------- sink
 
 
 def sink_endpoints(settings: Settings, sink: Any) -> OpsEndpoints:
     """Sink: broker, Postgres, consuming every partition, lag from the offsets it committed."""
-
-    def consuming() -> tuple[bool, str]:
-        consumer = getattr(sink, "consumer", None)
-        if consumer is None:
-            return False, "not consuming yet (waiting for the schema lock or the broker)"
-        return True, f"assigned {len(consumer.assignment())} partition(s)"
-
     checks: list[Check] = [
         kafka_check(settings, sink.writer.consumed_topics()),
         PostgresCheck(pool=sink.pool),
-        StateCheck("consumer", consuming),
-        _lag(settings, lambda: getattr(sink, "consumer", None), lambda: sink.positions),
+        *_consuming(settings, sink, "the schema lock or the broker"),
     ]
 
     async def read_models() -> None:
@@ -96,6 +102,16 @@ def sink_endpoints(settings: Settings, sink: Any) -> OpsEndpoints:
             ).set(row["n"])
 
     return OpsEndpoints("sink", checks, [read_models, _probe_hook(checks[-1])])
+
+
+def webhooks_endpoints(settings: Settings, service: Any) -> OpsEndpoints:
+    """Webhooks: broker, Postgres, consuming job-events, lag from the offsets it stored."""
+    checks: list[Check] = [
+        kafka_check(settings, ["job-events"]),
+        PostgresCheck(pool=service.pool),
+        *_consuming(settings, service, "the broker or Postgres"),
+    ]
+    return OpsEndpoints("webhooks", checks, [_probe_hook(checks[-1])])
 
 
 # --------------------------------------------------------------------------- scheduler

@@ -236,6 +236,38 @@ TABLES: dict[str, Table] = {
             "gpu_us bigint, metered_gpu_us bigint, billable_gpu_us bigint, "
             "credited_gpu_us bigint, final boolean",
         ),
+        # Webhooks (services/webhooks): the API's subscriptions and the delivery service's
+        # queue and log; stored, never derived from the ledger.
+        declare(
+            "webhook_subscriptions",
+            ("id",),
+            "id text, tenant text, url text, events text[], sealed bytea, "
+            "sealed_previous bytea, previous_until timestamptz, created_at timestamptz, "
+            "rotated_at timestamptz, enabled boolean, disabled_at timestamptz, "
+            "disabled_reason text, consecutive_failures integer, retry_at timestamptz",
+            derived=False,
+        ),
+        declare(
+            "webhook_job_tenants",
+            ("job_id",),
+            "job_id text, tenant text, event_id text",
+            derived=False,
+        ),
+        declare(
+            "webhook_outbox",
+            ("seq",),
+            "seq bigserial, subscription_id text, event_id text, event_type text, body text, "
+            "attempts integer, enqueued_at timestamptz",
+            derived=False,
+        ),
+        declare(
+            "webhook_deliveries",
+            ("seq",),
+            "seq bigserial, subscription_id text, event_id text, event_type text, "
+            "attempt integer, at timestamptz, status_code integer, latency_ms integer, "
+            "ok boolean, error text",
+            derived=False,
+        ),
     )
 }
 """Every table of the read-model schema, in the migrations' order."""

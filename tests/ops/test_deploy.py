@@ -15,7 +15,7 @@ from services.cli.main import COMMANDS
 from services.ops import metrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-SERVICES = ("sink", "api", "scheduler", "processors", "notary")
+SERVICES = ("sink", "api", "scheduler", "processors", "notary", "webhooks")
 
 
 def unit(name: str) -> configparser.ConfigParser:
@@ -63,7 +63,7 @@ def test_every_metric_the_dashboard_queries_is_exported() -> None:
 
 def test_every_compose_service_is_healthy_only_when_its_readyz_says_so() -> None:
     compose = yaml.safe_load((DEPLOY.parent / "docker-compose.yml").read_text())["services"]
-    long_running = {"api", "scheduler", "processors", "sink", "agent", "notary"}
+    long_running = {"api", "scheduler", "processors", "sink", "agent", "notary", "webhooks"}
     for name in long_running:
         service = compose[name]
         probe = " ".join(service["healthcheck"]["test"])

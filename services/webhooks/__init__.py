@@ -1,0 +1,1 @@
+"""Webhooks: the tenants' subscriptions to job events and their signed delivery."""
