@@ -4,7 +4,8 @@ The pages hold no data and need no token; their script asks for the tenant's
 API token once, keeps it in the browser's localStorage and sends it as the
 bearer on every call to the same ``/v1`` API the CLI uses, so the console sees
 exactly what the tenant's token may see. No build step: plain HTML, CSS and
-JavaScript files under ``services/api/static/``.
+JavaScript files under ``services/api/static/``, and the icon every page links,
+also answered at ``/favicon.ico`` (where browsers and other tools look for it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from services.api.models import ProblemDetail
 from services.api.openapi import Operation, Reply
 
 STATIC = Path(__file__).parent / "static"
-ASSET_TYPES = {".css": "text/css", ".js": "text/javascript", ".svg": "image/svg+xml"}
+ASSET_TYPES = {
+    ".css": "text/css",
+    ".js": "text/javascript",
+    ".svg": "image/svg+xml",
+    ".ico": "image/x-icon",
+}
+TEXT_SUFFIXES = {".css", ".js", ".svg"}
+FAVICON = "favicon.ico"
 PAGES = {"jobs": "jobs.html", "job": "job.html", "fleet": "fleet.html"}
 HTML = {"text/html": {"schema": {"type": "string"}}}
 
@@ -46,18 +54,26 @@ async def fleet_page(request: web.Request) -> web.Response:
     return _page("fleet")
 
 
-async def asset(request: web.Request) -> web.Response:
-    """One file of the static folder by exact name (no paths, so nothing else is reachable)."""
-    name = request.match_info["name"]
+def _asset(name: str) -> web.Response:
     path = STATIC / name
     if "/" in name or path.suffix not in ASSET_TYPES or not path.is_file():
         raise web.HTTPNotFound(text=f"no console asset {name}")
     return web.Response(
         body=path.read_bytes(),
         content_type=ASSET_TYPES[path.suffix],
-        charset="utf-8",
+        charset="utf-8" if path.suffix in TEXT_SUFFIXES else None,
         headers={"Cache-Control": "no-cache"},
     )
+
+
+async def asset(request: web.Request) -> web.Response:
+    """One file of the static folder by exact name (no paths, so nothing else is reachable)."""
+    return _asset(request.match_info["name"])
+
+
+async def favicon(request: web.Request) -> web.Response:
+    """The console's icon where browsers look for it by default."""
+    return _asset(FAVICON)
 
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -96,13 +112,23 @@ OPERATIONS: tuple[Operation, ...] = (
         "/console/static/{name}",
         asset,
         "consoleAsset",
-        "Console: a stylesheet or script",
+        "Console: a stylesheet, script or icon",
         {
             200: Reply(
                 "the file", media={t: {"schema": {"type": "string"}} for t in ASSET_TYPES.values()}
             ),
             404: Reply("no such asset", ProblemDetail),
         },
+        public=True,
+        tags=("console",),
+    ),
+    Operation(
+        "GET",
+        "/favicon.ico",
+        favicon,
+        "favicon",
+        "The console's icon",
+        {200: Reply("the icon", media={ASSET_TYPES[".ico"]: {"schema": {"type": "string"}}})},
         public=True,
         tags=("console",),
     ),

@@ -106,7 +106,7 @@ async def test_a_bad_cancel_reason_is_a_422_naming_it(api: Api) -> None:
 
 
 async def test_security_headers_on_the_console_and_the_api(api: Api) -> None:
-    for path in ("/console", "/console/jobs/job-1", "/v1/jobs", "/nope"):
+    for path in ("/console", "/console/jobs/job-1", "/favicon.ico", "/v1/jobs", "/nope"):
         await check_security_headers(api, path)
 
 

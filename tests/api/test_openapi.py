@@ -97,6 +97,7 @@ def test_console_pages_and_health_are_public_and_the_api_is_not(tmp_path: Path) 
         "/console/jobs/{job_id}",
         "/console/fleet",
         "/console/static/{name}",
+        "/favicon.ico",
     }
     for path, item in doc["paths"].items():
         for op in item.values():

@@ -32,7 +32,7 @@ from services.cli.client import resolve_token
 from services.demo.run import Demo
 from services.demo.scenarios import BUSYBOX, JOBS, NODE_LOST
 from services.settings import Settings, load_settings
-from tests.console import browser
+from tests.console import a11y, browser
 from tests.own_home import with_own_home
 
 pytestmark = pytest.mark.integration
@@ -47,7 +47,15 @@ TICKER = {
         f"for i in $(seq 1 {TICKS}); do echo tick $i; sleep 0.5; done; echo ticker done",
     ],  # fmt: skip
 }
+# Runs until cancelled; ends at once on SIGTERM (a shell as PID 1 has no default handler).
+SLEEPER = {
+    "name": "sleeper",
+    "image": BUSYBOX,
+    "command": ["sh", "-c", "trap 'exit 143' TERM; while true; do sleep 1; done"],
+    "resources": {"gpus": 1, "memory_gb": 0.25},
+}
 MISSING_MODULE = next(j for j in JOBS if j.key == "missing-module")
+ROW = "#jobs tr[data-job]"
 STATES_OF_A_SUCCESS = ["submitted", "queued", "scheduled", "starting", "running", "finishing",
                        "succeeded"]  # fmt: skip
 
@@ -156,6 +164,7 @@ def test_sign_in_asks_for_a_token_and_refuses_a_wrong_one(console: Console) -> N
     driver.execute_script("localStorage.clear()")
     driver.refresh()
     field = browser.wait_for(lambda: driver.find_element(By.ID, "token"), 20, "the sign-in form")
+    assert field.accessible_name == "API token", "the field is labelled"
     console.shot("01-sign-in")
     field.send_keys("not-a-token")
     driver.find_element(By.CSS_SELECTOR, "#signin button").click()
@@ -251,7 +260,7 @@ def test_a_failed_job_shows_the_cli_explanation_and_red_status(console: Console)
     assert "transformers" in explained and "Whose side" in explained
     assert console.states("job")[-1] == "failed"
     colour = driver.find_element(By.CSS_SELECTOR, "#head .pill").value_of_css_property("color")
-    assert colour == "rgba(207, 34, 46, 1)", colour  # --s-failed
+    assert colour == "rgba(203, 33, 45, 1)", colour  # --s-failed (light)
     console.full_shot("04-job-failed-explained")
 
 
@@ -290,6 +299,8 @@ def test_a_lost_node_shows_two_attempt_lanes_the_waits_and_a_silent_node(
         "the list to turn succeeded without a reload",
     )
     assert driver.execute_script("return window.__noReload") is True
+    assert "node-lost: " in console.text("#changes") and "→ succeeded" in console.text("#changes")
+    assert console.driver.find_element(By.ID, "changes").get_attribute("aria-live") == "polite"
 
     console.open(f"/console/jobs/{job_id}")
     browser.wait_for(lambda: console.states("attempt-2"), 30, "the second attempt's lane")
@@ -321,6 +332,12 @@ def test_a_lost_node_shows_two_attempt_lanes_the_waits_and_a_silent_node(
     mine = driver.find_element(By.CSS_SELECTOR, f"{card} .mine")
     assert mine.get_attribute("data-count") == "0", "a lost attempt is not running there"
     assert "unknown" in console.text(card)
+    tiles = {
+        (t.get_attribute("data-state"), t.text.split()[-1])
+        for t in driver.find_elements(By.CSS_SELECTOR, ".gpu")
+    }
+    assert {state for state, word in tiles if state == word} == {s for s, _ in tiles}, tiles
+    assert ("unknown", "unknown") in tiles and {"free", "busy"} & {s for s, _ in tiles}
     console.shot("07-fleet")
 
 
@@ -358,3 +375,246 @@ def test_the_job_list_filters_by_status_and_pages(console: Console) -> None:
         30,
         "all jobs again",
     )
+
+
+# --------------------------------------------------------------------------- accessibility
+
+
+@pytest.fixture(scope="module")
+def sleepers(console: Console) -> Iterator[list[str]]:
+    """Two jobs that run until cancelled (the polling and the cancel tests)."""
+    jobs = [console.submit(SLEEPER), console.submit(SLEEPER)]
+    yield jobs
+    for job_id in jobs:
+        if console.job(job_id)["status"] not in TERMINAL_STATUSES:
+            console.demo.client.post(f"/v1/jobs/{job_id}/cancel")
+
+
+def assert_aa_contrast(console: Console, page: str) -> None:
+    """Every text and control edge of the page as rendered now, in both colour schemes."""
+    driver = console.driver
+    try:
+        for scheme, background in (("light", "rgb(246, 247, 249)"), ("dark", "rgb(13, 17, 23)")):
+            a11y.prefer(driver, scheme)
+            seen = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+            assert seen == background, f"{page}: the {scheme} theme is not applied ({seen})"
+            result = a11y.contrast(driver)
+            assert result["texts"] >= 5, f"{page}: hardly any text measured ({result})"
+            failures = "\n".join(str(f) for f in result["failures"])
+            assert not failures, f"{page} ({scheme}) fails WCAG AA contrast:\n{failures}"
+    finally:
+        a11y.prefer(driver, "light")
+
+
+def test_a_hidden_tab_stops_polling_and_catches_up_when_shown(
+    console: Console, sleepers: list[str]
+) -> None:
+    driver = console.driver
+    job_id = sleepers[0]
+    console.open(f"/console/jobs/{job_id}")
+    browser.wait_for(lambda: driver.find_elements(By.ID, "cancel"), 30, "the job page")
+    driver.execute_script(
+        "performance.setResourceTimingBufferSize(100000); window.__seen = [];"
+        "document.addEventListener('visibilitychange', () =>"
+        " window.__seen.push([document.visibilityState, performance.now()]));"
+    )
+    polls = (
+        "return performance.getEntriesByType('resource').filter((e) =>"
+        " e.name.includes('/v1/') && !e.name.includes('/logs')).map((e) => [e.startTime, e.name])"
+    )
+
+    def asked(after: float = 0) -> list[tuple[float, str]]:
+        return [(t, name) for t, name in driver.execute_script(polls) if t > after]
+
+    before = len(asked())
+    browser.wait_for(lambda: len(asked()) >= before + 5, 30, "the page to poll its endpoints")
+    page = driver.current_window_handle
+    driver.switch_to.new_window("tab")  # the job's tab is now in the background
+    console.open("/console/fleet")
+    nodes = (
+        "return performance.getEntriesByType('resource')"
+        ".filter((e) => e.name.includes('/v1/nodes')).length"
+    )
+    # The visible tab goes on polling: its page load and two refreshes (3 s apart) span
+    # more than two of the hidden page's 2 s intervals.
+    browser.wait_for(lambda: driver.execute_script(nodes) >= 3, 30, "the fleet tab to poll")
+    driver.close()
+    driver.switch_to.window(page)
+    seen = browser.wait_for(
+        lambda: (lambda s: len(s) >= 2 and s)(driver.execute_script("return window.__seen")),
+        20,
+        "the job's tab to be hidden and shown again",
+    )
+    assert [state for state, _ in seen] == ["hidden", "visible"], seen
+    hidden_at, shown_at = seen[0][1], seen[1][1]
+    # A refresh under way when the tab was hidden may finish (its later calls start after);
+    # none begins (each begins with the job's document).
+    while_hidden = [name for t, name in asked(hidden_at) if t < shown_at]
+    begun = [name for name in while_hidden if name.endswith(f"/v1/jobs/{job_id}")]
+    assert begun == [], f"it polled while hidden: {while_hidden}"
+    assert len(while_hidden) < 5, while_hidden
+    browser.wait_for(lambda: len(asked(shown_at)) >= 5, 20, "a refresh as soon as it is shown")
+
+
+def test_cancel_asks_first_then_shows_what_the_api_answered(
+    console: Console, sleepers: list[str]
+) -> None:
+    driver = console.driver
+    job_id, other = sleepers
+    console.open(f"/console/jobs/{job_id}")
+    cancel = browser.wait_for(lambda: driver.find_element(By.ID, "cancel"), 30, "Cancel job")
+    dialog = driver.find_element(By.ID, "confirm-cancel")
+
+    def is_open() -> bool:
+        return bool(driver.execute_script("return arguments[0].open", dialog))
+
+    def cancels_sent() -> int:
+        return int(
+            driver.execute_script(
+                "return performance.getEntriesByType('resource')"
+                ".filter((e) => e.name.endsWith('/cancel')).length"
+            )
+        )
+
+    cancel.click()
+    browser.wait_for(is_open, 10, "the confirmation")
+    assert job_id in dialog.text and "cannot be undone" in dialog.text
+    focused = driver.switch_to.active_element.get_attribute("id")
+    assert focused == "keep", "the safe choice has the focus"
+    assert_aa_contrast(console, "the cancel confirmation")
+    console.shot("09-cancel-confirmation")
+    driver.find_element(By.ID, "keep").click()
+    browser.wait_for(lambda: not is_open(), 10, "the dialog to close")
+    assert cancels_sent() == 0, "keeping it sent nothing"
+
+    cancel.click()
+    browser.wait_for(is_open, 10, "the confirmation again")
+    driver.find_element(By.ID, "confirm").click()
+    browser.wait_for(
+        lambda: "Cancel requested" in console.text("#cancelresult"), 20, "the API's answer"
+    )
+    browser.wait_for(lambda: cancels_sent() == 1, 10, "one cancel sent")
+    browser.wait_for(
+        lambda: console.text("#status") == "cancelled" and not cancel.is_displayed(),
+        120,
+        "the page to say cancelled",
+        context=lambda: f"job: {console.job(job_id)['status']}",
+    )
+    assert driver.find_element(By.ID, "status").get_attribute("aria-live") == "polite"
+
+    # The job ends while the user still decides: the API refuses, and the page says why.
+    console.open(f"/console/jobs/{other}")
+    browser.wait_for(lambda: driver.find_element(By.ID, "cancel"), 30, "Cancel job").click()
+    browser.wait_for(lambda: driver.find_element(By.ID, "confirm").is_displayed(), 10, "dialog")
+    console.demo.client.post(f"/v1/jobs/{other}/cancel")
+    browser.wait_for(lambda: console.job(other)["status"] == "cancelled", 120, "it to end")
+    driver.find_element(By.ID, "confirm").click()
+    said = browser.wait_for(
+        lambda: (lambda t: "Could not cancel" in t and t)(console.text("#cancelresult")),
+        20,
+        "the refusal",
+    )
+    assert f"job {other} is already cancelled; nothing to cancel" in said, said
+    assert "error" in str(driver.find_element(By.ID, "cancelresult").get_attribute("class"))
+    console.shot("10-cancel-refused")
+
+
+def test_every_page_meets_wcag_aa_contrast_in_light_and_dark(console: Console) -> None:
+    driver = console.driver
+    jobs = console.demo.client.get("/v1/jobs?limit=100")["jobs"]
+    failed = next(j["job_id"] for j in jobs if j["status"] == "failed")
+    retried = next(j["job_id"] for j in jobs if j["name"] == NODE_LOST.spec["name"])
+    cancelled = next(j["job_id"] for j in jobs if j["status"] == "cancelled")
+    console.open("/console")
+    browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ROW), 30, "the jobs")
+    # The measure itself: a grey on white the old stylesheet's secondary text had (2.9:1).
+    driver.execute_script(
+        "const p = document.createElement('p'); p.id = 'probe'; p.textContent = 'probe';"
+        "p.style.color = '#8c98a8'; p.style.background = '#fff'; document.body.append(p)"
+    )
+    probe = [f for f in a11y.contrast(driver)["failures"] if f["text"] == "probe"]
+    assert [(f["ratio"], f["need"]) for f in probe] == [(2.93, 4.5)], probe
+    driver.execute_script("document.getElementById('probe').remove()")
+    states = a11y.add_status_swatches(driver)
+    assert {"submitted", "running", "failed", "lost_contact", "silent"} <= set(states), states
+    assert_aa_contrast(console, "the job list with a pill of every state")
+    for path, ready in (
+        (f"/console/jobs/{failed}", "#explain .h"),
+        (f"/console/jobs/{retried}", '[data-window="backoff"]'),
+        (f"/console/jobs/{cancelled}", '#tl [data-state="cancelled"]'),
+        ("/console/fleet", ".gpu.unknown"),
+    ):
+        console.open(path)
+        browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ready), 30, ready)  # noqa: B023
+        assert_aa_contrast(console, path)
+    a11y.prefer(driver, "dark")
+    console.full_shot("11-job-dark")
+    a11y.prefer(driver, "light")
+
+    driver.execute_script("localStorage.clear()")
+    driver.refresh()
+    browser.wait_for(lambda: driver.find_element(By.ID, "token"), 20, "the sign-in form").send_keys(
+        "not-a-token"
+    )
+    driver.find_element(By.CSS_SELECTOR, "#signin button").click()
+    browser.wait_for(lambda: "not accepted" in console.text(".signin"), 20, "the refusal")
+    assert_aa_contrast(console, "the sign-in page with its error")
+    driver.execute_script("localStorage.setItem('gridledger.token', arguments[0])", console.token)
+
+
+def test_controls_are_named_states_are_words_and_ids_copy(console: Console) -> None:
+    driver = console.driver
+    origin = console.base
+    driver.execute_cdp_cmd(
+        "Browser.grantPermissions",
+        {"origin": origin, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]},
+    )
+
+    def clipboard() -> str:
+        return str(
+            driver.execute_async_script(
+                "navigator.clipboard.readText().then(arguments[0], (e) => arguments[0](`${e}`))"
+            )
+        )
+
+    def copy(css: str) -> str:
+        """Click the copy button inside ``css`` (the list re-renders its rows as it polls)."""
+        holder = driver.find_element(By.CSS_SELECTOR, css)
+        button = holder.find_element(By.CSS_SELECTOR, "button.copy")
+        button.click()
+        return str(button.get_attribute("data-copy"))
+
+    console.open("/console")
+    browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ROW), 30, "the jobs")
+    assert a11y.unnamed_controls(driver) == []
+    pills = driver.find_elements(By.CSS_SELECTOR, ".pill")
+    assert pills and all(p.text.strip() for p in pills), "every status says its name"
+    copied = browser.wait_for(lambda: copy(ROW), 10, "a copy button")
+    first = driver.find_element(By.CSS_SELECTOR, ROW)
+    assert copied == first.get_attribute("data-job")
+    browser.wait_for(lambda: clipboard() == copied, 10, f"{copied} on the clipboard")
+
+    job_id = copied
+    console.open(f"/console/jobs/{job_id}")
+    browser.wait_for(lambda: console.text("#status"), 30, "the job page")
+    assert a11y.unnamed_controls(driver) == []
+    logs = driver.find_element(By.ID, "logs")
+    assert (logs.get_attribute("role"), logs.get_attribute("aria-live")) == ("log", "polite")
+    assert driver.find_element(By.ID, "logstate").get_attribute("aria-live") == "polite"
+    driver.execute_script("navigator.clipboard.writeText('')")
+    browser.wait_for(lambda: copy("#head") == job_id, 10, "the job's copy button")
+    browser.wait_for(lambda: clipboard() == job_id, 10, "the id on the clipboard")
+    assert "Copied" in console.text("#head button.copy")
+
+    console.open("/console/fleet")
+    browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".gpu"), 30, "the fleet")
+    assert a11y.unnamed_controls(driver) == []
+    assert driver.find_element(By.ID, "fleetsummary").get_attribute("aria-live") == "polite"
+    icon = driver.execute_async_script(
+        "const done = arguments[0];"
+        "const href = document.querySelector('link[rel=icon]').href;"
+        "Promise.all([href, '/favicon.ico'].map((u) => fetch(u).then(async (r) =>"
+        " [r.status, r.headers.get('content-type'), [...new Uint8Array(await r.arrayBuffer())"
+        ".slice(0, 4)]]))).then(done, (e) => done(`${e}`))"
+    )
+    assert icon == [[200, "image/x-icon", [0, 0, 1, 0]]] * 2, icon

@@ -28,13 +28,16 @@ const GL = (() => {
     return response;
   }
 
+  // What a refusal says: the problem document's detail, else its status.
+  async function problemDetail(response) {
+    try { const body = await response.json(); return body.detail || body.error || `${response.status}`; }
+    catch (_) { return `${response.status} ${response.statusText}`.trim(); } // not JSON
+  }
+
   async function getJSON(path) {
     const response = await api(path);
     if (!response.ok) {
-      let detail = `${response.status}`;
-      try { const body = await response.json(); detail = body.detail || body.error || detail; }
-      catch (_) { /* not JSON */ }
-      const error = new Error(detail);
+      const error = new Error(await problemDetail(response));
       error.status = response.status;
       throw error;
     }
@@ -131,6 +134,7 @@ const GL = (() => {
         "tenant's jobs. The token stays in this browser (localStorage) and is sent as the bearer."),
       el("p", {}, "On a dev machine, ", el("code", {}, "gridledger dev up"), " writes the tokens to ",
         el("code", {}, ".gridledger/tokens.json"), "."),
+      el("label", { for: "token", class: "field" }, "API token"),
       el("form", { id: "signin", onsubmit: (event) => {
           event.preventDefault();
           const value = document.getElementById("token").value.trim();
@@ -138,9 +142,10 @@ const GL = (() => {
           localStorage.setItem(TOKEN_KEY, value);
           location.reload();
         } },
-        el("input", { type: "password", id: "token", placeholder: "token", autocomplete: "off" }),
+        el("input", { type: "password", id: "token", placeholder: "paste your token",
+                      autocomplete: "off", "aria-describedby": "token-why" }),
         el("button", { class: "primary", type: "submit" }, "Sign in")),
-      why ? el("div", { class: "error" }, why) : null));
+      el("div", { class: "error", id: "token-why", role: "alert" }, why)));
   }
 
   async function guarded(main, run) {
@@ -152,16 +157,65 @@ const GL = (() => {
     }
   }
 
+  // Calls fn every ms until it returns false, but never while the tab is hidden: a hidden
+  // tab asks nothing (document.visibilityState), and refreshes at once when shown again.
   function poll(fn, ms) {
     let stopped = false;
-    const loop = async () => {
-      if (stopped) return;
-      try { if ((await fn()) === false) { stopped = true; return; } }
-      catch (error) { if (error instanceof Unauthorized) { stopped = true; return; } }
-      setTimeout(loop, ms);
+    let timer = null;
+    let missed = false;
+    const stop = () => {
+      stopped = true;
+      clearTimeout(timer);
+      document.removeEventListener("visibilitychange", shown);
     };
-    setTimeout(loop, ms);
-    return () => { stopped = true; };
+    const tick = async () => {
+      timer = null;
+      if (stopped) return;
+      if (document.visibilityState === "hidden") { missed = true; return; }
+      try { if ((await fn()) === false) { stop(); return; } }
+      catch (error) { if (error instanceof Unauthorized) { stop(); return; } }
+      if (!stopped) timer = setTimeout(tick, ms);
+    };
+    function shown() {
+      if (document.visibilityState !== "visible" || !missed || stopped) return;
+      missed = false;
+      tick();
+    }
+    document.addEventListener("visibilitychange", shown);
+    timer = setTimeout(tick, ms);
+    return stop;
+  }
+
+  // A button that copies a job id (the Clipboard API, or a selection where the page is
+  // not a secure context), and says that it did.
+  function copyButton(text, what = "job id") {
+    const button = el("button", { class: "copy", type: "button", title: `Copy the ${what}`,
+      "aria-label": `Copy the ${what} ${text}`, dataset: { copy: text } }, "Copy");
+    button.addEventListener("click", async () => {
+      let ok = false;
+      try {
+        if (navigator.clipboard && window.isSecureContext) {
+          await navigator.clipboard.writeText(text);
+          ok = true;
+        } else {
+          const area = el("textarea", { "aria-hidden": "true", style: "position:fixed; opacity:0" }, text);
+          document.body.append(area);
+          area.select();
+          ok = document.execCommand("copy");
+          area.remove();
+        }
+      } catch (_) { ok = false; }
+      button.textContent = ok ? "Copied ✓" : "Copy failed";
+      setTimeout(() => { button.textContent = "Copy"; }, 2000);
+    });
+    return button;
+  }
+
+  // A polite live region: says what changed, and only when something did.
+  function announcer(id, cls = "announce") {
+    const region = el("p", { class: cls, id, role: "status", "aria-live": "polite" });
+    region.say = (text) => { if (text && region.textContent !== text) region.textContent = text; };
+    return region;
   }
 
   // ------------------------------------------------------------------ jobs page
@@ -178,7 +232,7 @@ const GL = (() => {
     return el("tr", { dataset: { job: job.job_id, attempt: job.attempt } },
       el("td", {}, pill(job.status)),
       el("td", {}, el("a", { href: `/console/jobs/${job.job_id}`, class: "jobname" }, job.name || job.job_id),
-        job.name ? el("div", { class: "mono faint" }, job.job_id) : null),
+        el("div", { class: "jobid" }, el("span", { class: "mono faint" }, job.job_id), copyButton(job.job_id))),
       el("td", { class: "mono muted" }, job.image),
       el("td", { class: "num" }, job.gpus),
       el("td", { class: "num" }, job.attempt),
@@ -198,6 +252,8 @@ const GL = (() => {
       const tbody = el("tbody", { id: "jobs" });
       const more = el("button", { id: "more", style: "display:none" }, "Load more");
       const note = el("span", { class: "live-note", id: "live" }, "");
+      const changes = announcer("changes");
+      const seen = new Map();
       let cursor = null;
       const chips = FILTERS.map(([key, text]) => el("button", {
         class: `chip${key === filter ? " on" : ""}`, dataset: { filter: key },
@@ -208,6 +264,7 @@ const GL = (() => {
         el("h1", {}, "Jobs"),
         el("p", { class: "sub" }, "Your tenant's jobs, newest first. States update live."),
         el("div", { class: "filters" }, chips, el("span", { class: "spacer" }), note),
+        changes,
         el("div", { class: "panel", style: "padding:6px 10px" },
           el("table", {}, el("thead", {}, el("tr", {},
             ["Status", "Job", "Image", "GPUs", "Att.", "Submitted", "Took", "Failure"].map(
@@ -223,7 +280,7 @@ const GL = (() => {
       async function load(reset) {
         const page = await getJSON(query(!reset && cursor ? `&cursor=${cursor}` : ""));
         if (reset) tbody.replaceChildren();
-        for (const job of page.jobs) tbody.append(jobRow(job));
+        for (const job of page.jobs) { tbody.append(jobRow(job)); seen.set(job.job_id, job.status); }
         if (!tbody.children.length) {
           tbody.append(el("tr", {}, el("td", { colspan: 8, class: "empty" },
             "No jobs here. Submit one with ", el("code", {}, "gridledger submit examples/hello.yaml"), ".")));
@@ -236,13 +293,18 @@ const GL = (() => {
       // Live status: refresh the rows already shown (first page) every few seconds.
       poll(async () => {
         const page = await getJSON(query());
+        const news = [];
         for (const job of page.jobs) {
+          const before = seen.get(job.job_id);
+          if (before && before !== job.status) news.push(`${job.name || job.job_id}: ${label(before)} → ${label(job.status)}`);
+          seen.set(job.job_id, job.status);
           const row = tbody.querySelector(`tr[data-job="${job.job_id}"]`);
           if (row) row.replaceWith(jobRow(job));
           else if (!tbody.querySelector("td.empty")) tbody.prepend(jobRow(job));
           else { tbody.replaceChildren(jobRow(job)); }
         }
         note.textContent = `live · updated ${clockFmt.format(new Date()).slice(0, 8)}`;
+        changes.say(news.join("; "));
       }, 2500);
     });
   }
@@ -486,6 +548,52 @@ const GL = (() => {
     return controller;
   }
 
+  // "Cancel job" asks first (a modal dialog), then shows what the API answered: that the
+  // cancel was requested, or the problem's detail (e.g. the job ended meanwhile).
+  function cancelControl(jobId, current, result) {
+    const what = el("p", { id: "confirm-what" });
+    const dialog = el("dialog", { id: "confirm-cancel", "aria-labelledby": "confirm-title",
+                                  "aria-describedby": "confirm-what" });
+    const button = el("button", { class: "danger", id: "cancel", type: "button" }, "Cancel job");
+    const keep = el("button", { type: "button", id: "keep", onclick: () => dialog.close() }, "Keep it running");
+    const confirm = el("button", { type: "button", class: "danger", id: "confirm" }, "Cancel job");
+    const say = (text, ok) => { result.className = `announce ${ok ? "ok" : "error"}`; result.textContent = text; };
+    dialog.append(el("h2", { id: "confirm-title" }, "Cancel this job?"), what,
+      el("div", { class: "actions" }, keep, confirm));
+    button.addEventListener("click", () => {
+      const doc = current();
+      what.textContent = `${doc.name || doc.job_id} (${doc.job_id}, ${label(doc.status)}) will be stopped ` +
+        "and end cancelled. This cannot be undone.";
+      dialog.showModal();
+      keep.focus();
+    });
+    confirm.addEventListener("click", async () => {
+      confirm.disabled = true;
+      try {
+        const response = await api(`/v1/jobs/${jobId}/cancel`, { method: "POST",
+          body: JSON.stringify({ reason: "cancelled from the console" }),
+          headers: { "Content-Type": "application/json" } });
+        if (response.ok) {
+          await response.json();
+          say("Cancel requested: the job is being stopped; its state above turns cancelled when it has.", true);
+          update({ cancel_requested_at: true });
+        } else {
+          say(`Could not cancel: ${await problemDetail(response)}`, false);
+        }
+      } catch (error) {
+        say(error instanceof Unauthorized ? "Could not cancel: the token was not accepted." : `Could not cancel: ${error.message}`, false);
+      } finally {
+        confirm.disabled = false;
+        dialog.close();
+      }
+    });
+    function update(doc) {
+      button.hidden = Boolean(doc.terminal);
+      if (doc.cancel_requested_at) { button.disabled = true; button.textContent = "Cancel requested"; }
+    }
+    return { button, dialog, update };
+  }
+
   async function job() {
     shell("jobs");
     const main = document.querySelector("main");
@@ -502,18 +610,32 @@ const GL = (() => {
         throw error;
       }
       document.title = `${doc.name || doc.job_id} · gridledger`;
-      const head = el("div", { class: "jobhead", id: "head" });
+      const status = el("span", { id: "status", role: "status", "aria-live": "polite" });
+      const result = announcer("cancelresult");
+      const cancel = cancelControl(jobId, () => doc, result);
+      const spec = doc.spec || {};
+      const res = spec.resources || {};
+      const head = el("div", { class: "jobhead", id: "head" },
+        el("div", {},
+          el("h1", {}, doc.name || doc.job_id, " ", status),
+          el("div", { class: "meta" }, el("span", { class: "jobid" }, el("span", { class: "mono" }, doc.job_id), copyButton(doc.job_id)),
+            el("span", {}, "image ", el("code", {}, spec.image || "")),
+            el("span", {}, `${res.gpus ?? 0} GPU(s)${(res.gpu_models || []).length ? ` · ${res.gpu_models.join(", ")}` : ""}`),
+            el("span", {}, "submitted ", el("span", { title: local(doc.submitted_at) }, local(doc.submitted_at))),
+            el("span", { class: "faint" }, `times in ${zone}`))),
+        el("div", { class: "actions" }, cancel.button));
       const facts = el("div", { class: "facts", id: "facts" });
       const tlPanel = el("div", { class: "panel" }, el("h2", {}, "Lifecycle"), el("div", { id: "tl" }));
-      const logs = el("pre", { class: "logs", id: "logs", dataset: { lines: "0" } });
-      const logState = el("span", { class: "state", id: "logstate" });
+      const logs = el("pre", { class: "logs", id: "logs", dataset: { lines: "0" }, role: "log",
+                               "aria-live": "polite", "aria-label": "Logs", tabindex: "0" });
+      const logState = el("span", { class: "state", id: "logstate", role: "status", "aria-live": "polite" });
       const explainPanel = el("div", { class: "panel" }, el("h2", {}, "Explain"), el("div", { id: "explainbox" }));
       const accPanel = el("div", { class: "panel" }, el("h2", {}, "Accounting"), el("div", { id: "accbox" }));
       const outPanel = el("div", { class: "panel" }, el("h2", {}, "Outputs and checkpoints"), el("div", { id: "outbox" }));
       const evPanel = el("div", { class: "panel" }, el("h2", {}, "Every event"), el("div", { id: "evbox" }));
       main.replaceChildren(
         el("div", { class: "muted", style: "margin-bottom:6px" }, el("a", { href: "/console" }, "← Jobs")),
-        head, facts, tlPanel,
+        head, result, cancel.dialog, facts, tlPanel,
         el("div", { class: "panel" }, el("div", { class: "loghead" }, el("h2", {}, "Logs"), logState), logs),
         el("div", { class: "grid2 wide-left", style: "margin-bottom:18px" }, explainPanel, outPanel),
         accPanel, evPanel);
@@ -524,22 +646,12 @@ const GL = (() => {
         const [tl, explained, record] = await Promise.all([
           getJSON(`/v1/jobs/${jobId}/timeline`), getJSON(`/v1/jobs/${jobId}/explain`),
           getJSON(`/v1/jobs/${jobId}/accounting`)]);
-        const spec = doc.spec || {};
-        const res = spec.resources || {};
-        const cancel = doc.terminal ? null : el("button", { class: "danger", id: "cancel", onclick: async (event) => {
-          event.target.disabled = true;
-          await api(`/v1/jobs/${jobId}/cancel`, { method: "POST", body: JSON.stringify({ reason: "cancelled from the console" }),
-            headers: { "Content-Type": "application/json" } });
-        } }, doc.cancel_requested_at ? "Cancel requested" : "Cancel job");
-        if (cancel && doc.cancel_requested_at) cancel.disabled = true;
-        head.replaceChildren(el("div", {},
-          el("h1", {}, doc.name || doc.job_id, " ", pill(doc.status, true)),
-          el("div", { class: "meta" }, el("span", { class: "mono" }, doc.job_id),
-            el("span", {}, "image ", el("code", {}, spec.image || "")),
-            el("span", {}, `${res.gpus ?? 0} GPU(s)${(res.gpu_models || []).length ? ` · ${res.gpu_models.join(", ")}` : ""}`),
-            el("span", {}, "submitted ", el("span", { title: local(doc.submitted_at) }, local(doc.submitted_at))),
-            el("span", { class: "faint" }, `times in ${zone}`))),
-          el("div", { class: "actions" }, cancel));
+        // The status is a live region: it changes (and is announced) only when the state does.
+        if (status.dataset.status !== doc.status) {
+          status.dataset.status = doc.status;
+          status.replaceChildren(pill(doc.status, true));
+        }
+        cancel.update(doc);
         const acc = doc.accounting || {};
         const started = parse(doc.submitted_at), ended = doc.terminal_at ? parse(doc.terminal_at) : new Date();
         facts.replaceChildren(
@@ -570,6 +682,11 @@ const GL = (() => {
 
   // ------------------------------------------------------------------ fleet page
 
+  // A GPU tile's state: its icon, and what it means (the tile also says the word).
+  const GPU_STATES = {
+    free: ["○", "free"], busy: ["●", "busy"], unknown: ["?", "node silent: state unknown"],
+  };
+
   function nodeCard(node) {
     const free = new Set(node.free_gpu_indices);
     const silent = node.status !== "ready";
@@ -577,10 +694,14 @@ const GL = (() => {
     return el("div", { class: "panel node", dataset: { node: node.node_id, status: node.status } },
       el("div", { class: "top" }, el("span", { class: "name" }, node.node_id), pill(node.status)),
       el("div", { class: "where" }, `${node.provider} · ${node.region}`),
-      el("div", { class: "gpus" }, node.gpus.map((g) => el("div", {
-        class: `gpu ${silent ? "unknown" : free.has(g.index) ? "free" : "busy"}`,
-        title: `GPU ${g.index}: ${g.model}, ${Math.round((g.memory_total_mb || 0) / 1024)} GiB` +
-          (silent ? " (node silent: state unknown)" : free.has(g.index) ? " (free)" : " (busy)") }, `#${g.index}`))),
+      el("div", { class: "gpus" }, node.gpus.map((g) => {
+        const state = silent ? "unknown" : free.has(g.index) ? "free" : "busy";
+        const [icon, why] = GPU_STATES[state];
+        return el("div", { class: `gpu ${state}`, dataset: { gpu: g.index, state },
+          title: `GPU ${g.index}: ${g.model}, ${Math.round((g.memory_total_mb || 0) / 1024)} GiB (${why})` },
+          el("span", { class: "i" }, `#${g.index}`),
+          el("span", {}, el("span", { "aria-hidden": "true" }, `${icon} `), state));
+      })),
       el("div", { class: "kv" },
         el("span", { class: "k" }, "GPUs"), el("span", {}, `${node.gpus.length}× ${[...new Set(node.gpus.map((g) => g.model))].join(", ")}`),
         el("span", { class: "k" }, "free / busy"), el("span", { dataset: { free: free.size } },
@@ -598,15 +719,16 @@ const GL = (() => {
     const main = document.querySelector("main");
     await guarded(main, async () => {
       const grid = el("div", { class: "nodes", id: "nodes" });
-      const summary = el("p", { class: "sub", id: "fleetsummary" });
+      const summary = announcer("fleetsummary", "sub");
       main.replaceChildren(el("h1", {}, "Fleet"), summary, grid);
       async function refresh() {
         const { nodes } = await getJSON("/v1/nodes");
         const ready = nodes.filter((n) => n.status === "ready");
         const gpus = ready.reduce((a, n) => a + n.gpus.length, 0);
         const free = ready.reduce((a, n) => a + n.free_gpu_indices.length, 0);
-        summary.textContent = `${nodes.length} node(s), ${ready.length} ready · ${free} of ${gpus} GPUs on ready nodes free. ` +
+        const text = `${nodes.length} node(s), ${ready.length} ready · ${free} of ${gpus} GPUs on ready nodes free. ` +
           "Capacity is shared; only your own attempts are listed.";
+        summary.say(text);
         grid.replaceChildren(...(nodes.length ? nodes.map(nodeCard) : [el("div", { class: "empty" }, "No node has registered yet.")]));
       }
       await refresh();
@@ -614,7 +736,7 @@ const GL = (() => {
     });
   }
 
-  return { jobs, job, fleet };
+  return { jobs, job, fleet, pill };
 })();
 
 // Each page names itself (<body data-page>): no inline script, so the CSP allows none.
