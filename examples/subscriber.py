@@ -1,13 +1,15 @@
 """An example subscriber service: tells who must act on each job that ended, and what it cost.
 
 It reads ``job-events`` (the decisions) and ``accounting`` (the records) with
-``services.client.Subscriber`` and prints one line per fact:
+``gridledger_client.Subscriber`` and prints one line per fact. It needs only the
+client (``pip install ./client``), none of the server:
 
     job-1f0c2a9e4b7d failed · missing_module · user: Install 'transformers' in the image ...
     job-1f0c2a9e4b7d final: 1.4 GPU-s billable, 0.0 credited (policy 1)
 
-Run it against the local stack (it finds the broker and the topic prefix the
-same way every service does, from ``GRIDLEDGER_HOME``):
+Run it against the local stack (the broker and the topic prefix come from
+``GRIDLEDGER_KAFKA_BOOTSTRAP`` and ``GRIDLEDGER_TOPIC_PREFIX``, as for every
+service; the defaults are the local stack's):
 
     python examples/subscriber.py                 # new facts only, until Ctrl-C
     python examples/subscriber.py --from-beginning --group notifier
@@ -21,34 +23,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
-from schemas.events import FailureClassified, JobCancelled, JobRejected, JobSucceeded
-from schemas.views import AccountingRecord
-from services.client import Delivery, Subscriber
-from services.settings import load_settings
+from gridledger_client import Delivery, Subscriber
 
 ENDINGS = ("FailureClassified", "JobSucceeded", "JobCancelled", "JobRejected", "AccountingRecord")
 
 
 def line(delivery: Delivery) -> str | None:
     """The line to print for a record, or None when it needs none."""
-    value = delivery.value
-    if isinstance(value, FailureClassified):
+    v, kind = delivery.value, delivery.type
+    if kind == "FailureClassified":
         return (
-            f"{value.job_id} attempt {value.attempt} {value.failure_class} · {value.attribution}"
-            f"{' · retried' if value.retryable else ''}: {value.advice}"
+            f"{v['job_id']} attempt {v['attempt']} {v['failure_class']} · {v['attribution']}"
+            f"{' · retried' if v['retryable'] else ''}: {v['advice']}"
         )
-    if isinstance(value, JobRejected):
-        return f"{value.job_id} rejected · {value.failure_class}: {value.advice}"
-    if isinstance(value, JobSucceeded):
-        return f"{value.job_id} succeeded"
-    if isinstance(value, JobCancelled):
-        return f"{value.job_id} cancelled"
-    if isinstance(value, AccountingRecord) and value.final:
+    if kind == "JobRejected":
+        return f"{v['job_id']} rejected · {v['failure_class']}: {v['advice']}"
+    if kind in ("JobSucceeded", "JobCancelled"):
+        return f"{v['job_id']} {kind.removeprefix('Job').lower()}"
+    if kind == "AccountingRecord" and v["final"]:
         return (
-            f"{value.job_id} final: {value.billable_gpu_seconds:.1f} GPU-s billable, "
-            f"{value.credited_gpu_seconds:.1f} credited (policy {value.policy_version})"
+            f"{v['job_id']} final: {v['billable_gpu_seconds']:.1f} GPU-s billable, "
+            f"{v['credited_gpu_seconds']:.1f} credited (policy {v['policy_version']})"
         )
     return None
 
@@ -60,10 +58,10 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--group", help="consumer group: share partitions, resume after restart")
     parser.add_argument("--idle-exit", type=float, help="stop after this many quiet seconds")
     args = parser.parse_args(argv)
-    settings = load_settings()
-    subscriber = Subscriber.from_settings(
-        settings,
+    subscriber = Subscriber(
+        os.environ.get("GRIDLEDGER_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
         ["job-events", "accounting"],
+        prefix=os.environ.get("GRIDLEDGER_TOPIC_PREFIX", "gridledger."),
         group_id=args.group,
         from_beginning=args.from_beginning,
         types=ENDINGS,

@@ -9,4 +9,4 @@ bin=.venv/bin
 "${bin}/ruff" check .
 "${bin}/ruff" format --check .
 # One run: the services and the tests are checked against the same view of the code.
-"${bin}/mypy" schemas projections services infra bench tests
+"${bin}/mypy" schemas projections services infra bench tests client/gridledger_client

@@ -2,8 +2,10 @@
 
 The pydantic models are the source of truth. Each top-level record (every event,
 plus the envelope and the published views) gets one ``.avsc`` file per version
-under ``schemas/avro/`` named ``<Record>.v<N>.avsc``. Stored versions are never
-edited or removed: readers resolve any stored writer schema to the current one.
+named ``<Record>.v<N>.avsc`` in the client distribution's package
+(``client/gridledger_client/avro/``, the one copy: subscribers read the same files).
+Stored versions are never edited or removed: readers resolve any stored writer schema
+to the current one.
 
 Run ``python -m schemas.avro --write`` after changing a model; it stores a new
 version when the generated schema differs from the latest stored one, and
@@ -23,12 +25,13 @@ from typing import Any, Literal
 
 import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+from gridledger_client import wire
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from schemas.errors import SchemaRegistryError
 
-AVRO_DIR = Path(__file__).parent / "avro"
+AVRO_DIR: Path = wire.AVRO_DIR
 NAMESPACE = "gridledger"
 ENVELOPE_RECORD = "Envelope"
 
@@ -169,11 +172,7 @@ def current_schemas() -> dict[str, tuple[int, AvroSchema]]:
 
 def stored_schemas() -> dict[str, dict[int, AvroSchema]]:
     """Every stored schema: record name -> version -> schema."""
-    out: dict[str, dict[int, AvroSchema]] = {}
-    for path in sorted(AVRO_DIR.glob("*.v*.avsc")):
-        name, _, version = path.name.removesuffix(".avsc").rpartition(".v")
-        out.setdefault(name, {})[int(version)] = json.loads(path.read_text())
-    return out
+    return wire.load_schemas(AVRO_DIR)
 
 
 def compatibility_problems(old: AvroSchema, new: AvroSchema) -> list[str]:

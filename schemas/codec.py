@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
 from urllib.parse import quote
 
 import fastavro
+from gridledger_client import wire
 from pydantic import BaseModel, ValidationError
 
 from schemas.avro import current_schemas, stored_schemas
@@ -29,80 +29,34 @@ from schemas.events import ENVELOPE_FIELDS, EVENT_TYPES, Event
 from schemas.trusted import builder
 from schemas.views import VIEW_TYPES
 
-MAGIC = b"\xc3\x01"
-HEADER_TYPE = "gridledger-type"
-HEADER_FINGERPRINT = "gridledger-schema-fingerprint"
-HEADER_CONTENT_TYPE = "content-type"
-CONTENT_TYPE = b"application/vnd.apache.avro+binary;encoding=single-object"
-
-CE_SPECVERSION = b"1.0"
-CE_TYPE_PREFIX = "gridledger."
-"""``ce_type`` is the Avro record's full name: ``gridledger.JobFailed``."""
-CE_SOURCE_PREFIX = "/gridledger"
-"""``ce_source`` is this plus the event's ``producer``: ``/gridledger/agent/gpu-1``."""
-
-_EMPTY64 = 0xC15D213AA4D7A795
-
-
-def _crc64_table() -> list[int]:
-    table = []
-    for i in range(256):
-        fp = i
-        for _ in range(8):
-            fp = (fp >> 1) ^ (_EMPTY64 & -(fp & 1))
-        table.append(fp)
-    return table
-
-
-_TABLE = _crc64_table()
-
-
-def crc64_avro(data: bytes) -> int:
-    """CRC-64-AVRO (Rabin) fingerprint as defined by the Avro specification."""
-    fp = _EMPTY64
-    for byte in data:
-        fp = (fp >> 8) ^ _TABLE[(fp ^ byte) & 0xFF]
-    return fp
-
-
-def fingerprint(schema: dict[str, Any]) -> int:
-    """The schema's identity on the wire: the CRC-64-AVRO of its parsing canonical form."""
-    canonical = fastavro.schema.to_parsing_canonical_form(schema)
-    return crc64_avro(canonical.encode())
-
-
-@dataclass(frozen=True)
-class _Schema:
-    name: str
-    version: int
-    parsed: Any
-    fingerprint: int
-
-
-@dataclass(frozen=True)
-class _Registry:
-    current: dict[str, _Schema]
-    writers: dict[int, _Schema]
-
-
-def _parse(name: str, version: int, schema: dict[str, Any]) -> _Schema:
-    return _Schema(name, version, fastavro.parse_schema(schema), fingerprint(schema))
+# The wire's constants and its fingerprint are the client's (one definition for both).
+MAGIC = wire.MAGIC
+HEADER_TYPE = wire.HEADER_TYPE
+HEADER_FINGERPRINT = wire.HEADER_FINGERPRINT
+HEADER_CONTENT_TYPE = wire.HEADER_CONTENT_TYPE
+CONTENT_TYPE = wire.CONTENT_TYPE
+CE_SPECVERSION = wire.CE_SPECVERSION
+CE_TYPE_PREFIX = wire.CE_TYPE_PREFIX
+CE_SOURCE_PREFIX = wire.CE_SOURCE_PREFIX
+crc64_avro = wire.crc64_avro
+fingerprint = wire.fingerprint
 
 
 @cache
-def registry() -> _Registry:
-    """Current reader schemas and every known writer schema, by fingerprint."""
-    current: dict[str, _Schema] = {}
-    writers: dict[int, _Schema] = {}
+def registry() -> wire.Registry:
+    """Every stored writer schema by fingerprint, and each record's reader: the schema of
+    its current model."""
+    writers: dict[int, wire.StoredSchema] = {}
+    readers: dict[str, wire.StoredSchema] = {}
     for name, versions in stored_schemas().items():
         for version, schema in versions.items():
-            parsed = _parse(name, version, schema)
+            parsed = wire.StoredSchema.of(name, version, schema)
             writers[parsed.fingerprint] = parsed
     for name, (version, schema) in current_schemas().items():
-        parsed = _parse(name, version, schema)
-        current[name] = parsed
+        parsed = wire.StoredSchema.of(name, version, schema)
+        readers[name] = parsed
         writers.setdefault(parsed.fingerprint, parsed)
-    return _Registry(current, writers)
+    return wire.Registry(writers, readers)
 
 
 def check_stored_schemas() -> list[str]:
@@ -135,7 +89,7 @@ def _record_name(obj: BaseModel) -> str:
 
 def encode(obj: BaseModel) -> bytes:
     """Single-object Avro encoding of an event or a view."""
-    schema = registry().current[_record_name(obj)]
+    schema = registry().readers[_record_name(obj)]
     buf = io.BytesIO()
     buf.write(MAGIC)
     buf.write(schema.fingerprint.to_bytes(8, "little"))
@@ -150,7 +104,7 @@ def encode(obj: BaseModel) -> bytes:
 def _record_headers(name: str) -> tuple[list[tuple[str, bytes]], bytes]:
     """What every record of one type carries (its type, fingerprint and content type), and
     its ``ce_type``."""
-    schema = registry().current[name]
+    schema = registry().readers[name]
     return [
         (HEADER_TYPE, schema.name.encode()),
         (HEADER_FINGERPRINT, schema.fingerprint.to_bytes(8, "little").hex().encode()),
@@ -208,42 +162,21 @@ def decode(data: bytes, *, trusted: bool = False) -> BaseModel:
     the same model. Payloads from anywhere else (a client, a file, a test) validate.
     An unknown writer schema or a corrupt body is an error either way.
     """
-    if not isinstance(data, bytes | bytearray | memoryview) or len(data) < 10:
-        raise EventDecodeError(f"payload of {len(data or b'')} bytes is too short for an event")
-    data = bytes(data)  # no copy when it is bytes already
-    if data[:2] != MAGIC:
-        raise EventDecodeError(
-            f"payload starts with {data[:2].hex()}, not the Avro single-object marker c301"
-        )
-    fp = int.from_bytes(data[2:10], "little")
     reg = registry()
-    writer = reg.writers.get(fp)
-    if writer is None:
-        raise EventDecodeError(
-            f"unknown writer schema fingerprint {data[2:10].hex()}: the payload was written by a "
-            "schema this build does not store"
-        )
-    reader = reg.current.get(writer.name)
-    if reader is None:
-        raise SchemaRegistryError(f"record {writer.name} has stored schemas but no model")
-    # Resolution costs about a third of the read; skip it when the writer is the reader.
-    resolve = None if reader.fingerprint == fp else reader.parsed
     try:
-        record = fastavro.schemaless_reader(io.BytesIO(data[10:]), writer.parsed, resolve)
-    except Exception as exc:  # fastavro raises many types for corrupt input
-        raise EventDecodeError(f"corrupt {writer.name} v{writer.version} body: {exc!r}") from exc
+        writer = reg.writer(data)
+        reader = reg.readers.get(writer.name)
+        if reader is None:
+            raise SchemaRegistryError(f"record {writer.name} has stored schemas but no model")
+        record = reg.read(bytes(data), writer, reader)
+    except wire.DecodeError as exc:
+        raise EventDecodeError(str(exc)) from exc
     return _from_avro(writer.name, record, trusted)
 
 
-def _from_avro(name: str, record: Any, trusted: bool = False) -> BaseModel:
-    if not isinstance(record, dict):
-        raise EventDecodeError(f"{name}: decoded body is not a record")
-    if name in EVENT_TYPES:
-        envelope = record.pop("envelope", {})
-        record = {**envelope, **record}
-        model: type[BaseModel] = EVENT_TYPES[name]
-    else:
-        model = VIEW_TYPES[name]
+def _from_avro(name: str, record: dict[str, Any], trusted: bool = False) -> BaseModel:
+    record = wire.flatten(record)
+    model: type[BaseModel] = EVENT_TYPES[name] if name in EVENT_TYPES else VIEW_TYPES[name]
     if trusted:
         return builder(model)(record)
     try:

@@ -1,8 +1,8 @@
 """How the services reach the broker and Postgres: TLS, SASL and passwords, in one place.
 
 Every aiokafka client a service makes (the ledger's producer and consumers, the
-processors' consumer and faust app, the ops health check, the subscriber of
-``services.client``, the topic admin) takes :func:`kafka_options`; every
+processors' consumer and faust app, the ops health check, the client's
+subscriber (:func:`subscriber`), the topic admin) takes :func:`kafka_options`; every
 Postgres pool or connection takes :func:`pg_options`. The settings are in
 ``services/settings.py`` (``GRIDLEDGER_KAFKA_SECURITY_PROTOCOL``,
 ``GRIDLEDGER_KAFKA_SASL_*``, ``GRIDLEDGER_KAFKA_SSL_*``, ``GRIDLEDGER_PG_PASSWORD``,
@@ -13,9 +13,14 @@ README's "Security model".
 from __future__ import annotations
 
 import ssl
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from services.settings import Settings
+
+if TYPE_CHECKING:
+    from gridledger_client.subscriber import Subscriber
+    from pydantic import BaseModel
 
 
 def kafka_ssl_context(settings: Settings) -> ssl.SSLContext | None:
@@ -67,3 +72,30 @@ def pg_options(settings: Settings) -> dict[str, Any]:
         context.check_hostname = mode == "verify-full"
         options["ssl"] = context
     return options
+
+
+def subscriber(
+    settings: Settings, topics: Sequence[str] = ("job-events",), **kw: Any
+) -> Subscriber:
+    """The client's ``Subscriber`` on this installation (bootstrap, prefix, TLS and SASL),
+    delivering the server's models (``JobFailed``, ``JobView``) rather than dicts."""
+    from gridledger_client.subscriber import Subscriber
+
+    kw = {**kafka_options(settings), **kw}
+    return Subscriber(
+        settings.kafka_bootstrap, topics, prefix=settings.topic_prefix, decoder=_models, **kw
+    )
+
+
+def _models(data: bytes) -> tuple[str, BaseModel]:
+    """A payload as the server's model (validated: whoever wrote it)."""
+    from gridledger_client.wire import DecodeError
+
+    from schemas import codec
+    from schemas.errors import EventDecodeError, SchemaRegistryError
+
+    try:
+        value = codec.decode(data)
+    except (EventDecodeError, SchemaRegistryError) as exc:
+        raise DecodeError(str(exc)) from exc
+    return type(value).__name__, value

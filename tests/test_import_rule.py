@@ -165,12 +165,11 @@ def test_the_scan_catches_what_it_should(tmp_path: Path) -> None:
 
 # The Kafka client is the ledger's business (services/ledger) and the faust app's
 # (services/processors/app.py, which faust itself builds on aiokafka). Everything else
-# in services/ takes a ledger and asks it. services/client is the exception by design:
-# the subscriber library other teams' services install and use against an installation
-# they do not run, so it depends on the schemas and the Kafka client only, not on the
-# platform's settings, ledger or metrics.
+# in services/ takes a ledger and asks it. The client distribution (client/, outside
+# services/) is the exception by design: the subscriber other teams' services install
+# alone; tests/client/test_clean_venv.py checks that it pulls in nothing of the server.
 KAFKA_CLIENTS = ("aiokafka", "faust", "kafka")
-KAFKA_ALLOWED = ("services/ledger/", "services/processors/app.py", "services/client/")
+KAFKA_ALLOWED = ("services/ledger/", "services/processors/app.py")
 
 
 def _kafka_imports(path: Path) -> list[str]:

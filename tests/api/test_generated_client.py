@@ -32,7 +32,7 @@ def generated(api: Api, tmp_path: Path) -> Iterator[ModuleType]:
     )
     done = subprocess.run(
         [str(GENERATOR), "generate", "--path", str(document), "--meta", "none",
-         "--output-path", str(tmp_path / "gridledger_client"), "--config", str(config),
+         "--output-path", str(tmp_path / "generated_client"), "--config", str(config),
          "--fail-on-warning"],
         capture_output=True, text=True, timeout=300,
         # its post-generation hook formats with ruff, which lives next to this interpreter
@@ -41,10 +41,10 @@ def generated(api: Api, tmp_path: Path) -> Iterator[ModuleType]:
     assert done.returncode == 0, done.stdout + done.stderr
     sys.path.insert(0, str(tmp_path))
     try:
-        yield importlib.import_module("gridledger_client")
+        yield importlib.import_module("generated_client")
     finally:
         sys.path.remove(str(tmp_path))
-        for name in [n for n in sys.modules if n.startswith("gridledger_client")]:
+        for name in [n for n in sys.modules if n.startswith("generated_client")]:
             del sys.modules[name]
 
 
@@ -52,9 +52,9 @@ async def test_the_generated_client_pages_jobs_and_reads_one_as_models(
     api: Api, generated: ModuleType
 ) -> None:
     first, second = await submit(api), await submit(api)
-    list_jobs = importlib.import_module("gridledger_client.api.jobs.list_jobs")
-    get_job = importlib.import_module("gridledger_client.api.jobs.get_job")
-    models = importlib.import_module("gridledger_client.models")
+    list_jobs = importlib.import_module("generated_client.api.jobs.list_jobs")
+    get_job = importlib.import_module("generated_client.api.jobs.get_job")
+    models = importlib.import_module("generated_client.models")
     client = generated.AuthenticatedClient(base_url=str(api.client.make_url("")), token=DEV_TOKEN)
     async with client as c:
         page = await list_jobs.asyncio(client=c, limit=1)

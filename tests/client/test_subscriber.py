@@ -12,15 +12,15 @@ from pathlib import Path
 
 import fastavro
 import pytest
+from gridledger_client import Subscriber, Undecodable, wire
 
 from infra.services import settings_env
 from schemas import codec
-from schemas.avro import AVRO_DIR
 from schemas.events import JobQueued, ProcessExited
 from schemas.views import AccountingRecord, JobView
-from services.client import Subscriber, Undecodable
 from services.ledger import Ledger
 from services.settings import Settings
+from services.transport import subscriber
 from tests.sink.scenario import at, run_facts, submitted
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,7 @@ async def drain(sub: Subscriber, idle_s: float = 2.0) -> list:
 
 def v1_process_exited(job: str) -> bytes:
     """ProcessExited as an old producer wrote it (schema v1, without memory_limit_bytes)."""
-    v1 = json.loads((AVRO_DIR / "ProcessExited.v1.avsc").read_text())
+    v1 = json.loads((wire.AVRO_DIR / "ProcessExited.v1.avsc").read_text())
     record = {
         "envelope": {
             "event_id": f"{job}-old-exit",
@@ -81,9 +81,7 @@ async def test_each_event_once_old_schemas_resolved_and_bad_records_reported(
         await ledger.send_raw(topic, job.encode(), b"not avro at all", [])
         await ledger.send_raw(topic, job.encode(), v1_process_exited(job), [])
 
-    async with Subscriber.from_settings(
-        topics, ["job-events", "job-state"], on_undecodable=bad.append
-    ) as sub:
+    async with subscriber(topics, ["job-events", "job-state"], on_undecodable=bad.append) as sub:
         got = await drain(sub)
     events = [d for d in got if d.topic == "job-events"]
     assert [d.type for d in events] == ["JobSubmitted", "JobQueued", "ProcessExited"]
@@ -103,9 +101,7 @@ async def test_type_and_key_filters(topics: Settings) -> None:
     mine, other = job_id(), job_id()
     async with Ledger(topics, "test") as ledger:
         await ledger.append_many([*run_facts(mine).job_events, *run_facts(other).job_events])
-    async with Subscriber.from_settings(
-        topics, types={"JobSucceeded", "JobQueued"}, keys={mine}
-    ) as sub:
+    async with subscriber(topics, types={"JobSucceeded", "JobQueued"}, keys={mine}) as sub:
         got = await drain(sub)
     assert [(d.key, d.type) for d in got] == [(mine, "JobQueued"), (mine, "JobSucceeded")]
 
@@ -115,11 +111,11 @@ async def test_a_group_resumes_after_what_it_committed(topics: Settings) -> None
     before, after = job_id(), job_id()
     async with Ledger(topics, "test") as ledger:
         await ledger.append(submitted(before))
-        async with Subscriber.from_settings(topics, group_id=group) as sub:
+        async with subscriber(topics, group_id=group) as sub:
             assert [d.key for d in await drain(sub, 3.0)] == [before]
             await sub.commit()
         await ledger.append(submitted(after))
-    async with Subscriber.from_settings(topics, group_id=group) as sub:
+    async with subscriber(topics, group_id=group) as sub:
         assert [d.key for d in await drain(sub, 3.0)] == [after]
 
 

@@ -25,13 +25,12 @@ from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 from pydantic import ValidationError
 
 from infra.topics import admin_client
-from services.client.subscriber import Subscriber
 from services.ledger import Ledger
 from services.ledger.health import KafkaCheck
 from services.ops.wiring import kafka_check
 from services.processors.app import faust_credentials
 from services.settings import Settings
-from services.transport import kafka_options
+from services.transport import kafka_options, subscriber
 from tests.tls import Pki, make_pki
 from tests.waiting import eventually
 
@@ -123,7 +122,7 @@ async def test_every_kafka_client_dials_tls_and_sasl_as_configured(endpoint: End
     ledger = Ledger(settings, "svc")
     consumer = ledger.consumer(settings.topic("job-events"))
     check = kafka_check(settings, ["job-events"])
-    subscriber = Subscriber.from_settings(settings)
+    sub = subscriber(settings)
 
     @contextlib.asynccontextmanager
     async def admin() -> AsyncIterator[None]:
@@ -135,7 +134,7 @@ async def test_every_kafka_client_dials_tls_and_sasl_as_configured(endpoint: End
         ("svc", ledger.start(), ledger.stop),  # the producer every service appends with
         ("svc-consumer", consumer.start(), consumer.stop),  # every reader's consumer
         ("gridledger-ops", check.probe(), check.close),  # /readyz's broker check
-        ("gridledger-subscriber", subscriber.start(), subscriber.stop),
+        ("gridledger-subscriber", sub.start(), sub.stop),
         ("", admin_session.__aenter__(), lambda: admin_session.__aexit__(None, None, None)),
     ]
     for client_id, start, stop in clients:

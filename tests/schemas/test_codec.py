@@ -160,7 +160,7 @@ def test_only_the_untrusted_decode_checks_the_models_rules():
     record = sample(JobSubmitted).model_dump()
     record["spec"]["image"] = "Not An Image"
     body = {"envelope": {k: record.pop(k) for k in ENVELOPE_FIELDS}, **record}
-    writer = codec.registry().current["JobSubmitted"]
+    writer = codec.registry().readers["JobSubmitted"]
     buf = io.BytesIO()
     buf.write(codec.MAGIC + writer.fingerprint.to_bytes(8, "little"))
     fastavro.schemaless_writer(buf, writer.parsed, body)

@@ -1,4 +1,11 @@
-"""``Subscriber``: decoded, schema-resolved, de-duplicated records from gridledger's topics."""
+"""``Subscriber``: decoded, schema-resolved, de-duplicated records from gridledger's topics.
+
+Everything a subscriber would otherwise reimplement is done once, here: the Avro
+single-object framing, the lookup of the writer schema by its fingerprint among every
+stored version, the resolution to the newest one (:mod:`gridledger_client.wire`), and
+de-duplication by event id (the ledger is at-least-once; derived events have
+deterministic ids, so a subscriber that drops repeated ids sees each fact once).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
-from pydantic import BaseModel
 
-from schemas import codec
-from schemas.errors import EventDecodeError, SchemaRegistryError
-from schemas.events import Event
+from gridledger_client import wire
+
+Decoder = Callable[[bytes], tuple[str, Any]]
+"""Payload to ``(record type, value)``; raises :class:`wire.DecodeError` when it cannot."""
 
 log = logging.getLogger("gridledger.client")
 
@@ -32,7 +39,8 @@ TOPICS = (
 
 @dataclass(frozen=True)
 class Delivery:
-    """One decoded record: ``value`` is the current model, whatever schema version wrote it."""
+    """One decoded record: ``value`` is as the newest schema reads it, whatever version wrote
+    it (a dict of its fields by default, an event's envelope flattened into them)."""
 
     topic: str
     """The topic suffix (``job-events``), without the installation's prefix."""
@@ -40,15 +48,14 @@ class Delivery:
     offset: int
     key: str
     """The job id (node id on ``node-events``)."""
-    value: BaseModel
-    """An Event subclass, or a JobView / AccountingRecord on the compacted view topics."""
+    value: Any
+    """An event's fields (``JobFailed``: ``job_id``, ``failure_class``, ...), or a view's
+    (``JobView``, ``AccountingRecord``) on the compacted view topics."""
     type: str
+    """The record type: ``JobFailed``, ``JobView``, ..."""
     timestamp_ms: int
-
-    @property
-    def event(self) -> Event | None:
-        """The decoded job event; None for a read model's record (accounting, job state)."""
-        return self.value if isinstance(self.value, Event) else None
+    event_id: str | None = None
+    """The event's id (its CloudEvents ``ce_id``); None for a view, which is no event."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,10 @@ class Subscriber:
     - ``keys``: only these job (or node) ids.
     - Views (``job-state``, ``accounting``) carry no event id: a view equal to the one
       last delivered for the same key is dropped instead.
+    - ``decoder``: payload to ``(type, value)``; the default gives dicts
+      (:func:`wire.decode`). The server passes its own, which gives its models.
+    - Other keywords go to ``aiokafka.AIOKafkaConsumer`` (TLS: ``security_protocol``,
+      ``ssl_context``; SASL: ``sasl_mechanism``, ...).
     """
 
     def __init__(
@@ -126,6 +137,7 @@ class Subscriber:
         dedupe_window: int = 100_000,
         on_undecodable: Callable[[Undecodable], None] = _warn,
         client_id: str = "gridledger-subscriber",
+        decoder: Decoder = wire.decode,
         **consumer_options: Any,
     ) -> None:
         unknown = [t for t in topics if t not in TOPICS]
@@ -144,22 +156,12 @@ class Subscriber:
         self.seen = SeenIds(dedupe_window)
         self.on_undecodable = on_undecodable
         self.client_id = client_id
+        self.decoder = decoder
         self.consumer_options = consumer_options
         self._last_view: OrderedDict[tuple[str, str], bytes] = OrderedDict()
         self._consumer: AIOKafkaConsumer | None = None
         self.duplicates = 0
         """Records dropped as repeats so far (events by id, views equal to the last)."""
-
-    @classmethod
-    def from_settings(
-        cls, settings: Any, topics: Sequence[str] = ("job-events",), **kw: Any
-    ) -> Subscriber:
-        """A subscriber on the installation ``settings`` describes (bootstrap, prefix, and
-        the TLS and SASL of ``services.transport``)."""
-        from services.transport import kafka_options
-
-        kw = {**kafka_options(settings), **kw}
-        return cls(settings.kafka_bootstrap, topics, prefix=settings.topic_prefix, **kw)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -239,25 +241,27 @@ class Subscriber:
         if raw.value is None or (self.keys is not None and key not in self.keys):
             return None  # a tombstone, or another job
         headers = {k: v for k, v in (raw.headers or ())}
-        header_type = headers.get(codec.HEADER_TYPE, b"").decode(errors="replace")
+        header_type = headers.get(wire.HEADER_TYPE, b"").decode(errors="replace")
         if self.types is not None and header_type and header_type not in self.types:
             return None
         try:
-            value = codec.decode(raw.value)
-        except (EventDecodeError, SchemaRegistryError) as exc:
+            record_type, value = self.decoder(raw.value)
+        except wire.DecodeError as exc:
             self.on_undecodable(Undecodable(topic, raw.partition, raw.offset, key, str(exc)))
             return None
-        record_type = type(value).__name__
         if self.types is not None and record_type not in self.types:
             return None
-        if isinstance(value, Event):
-            if not self.seen.first_time(value.event_id):
+        event_id = _event_id(headers, value)
+        if event_id is not None:
+            if not self.seen.first_time(event_id):
                 self.duplicates += 1
                 return None
         elif self._repeated_view(topic, key, raw.value):
             self.duplicates += 1
             return None
-        return Delivery(topic, raw.partition, raw.offset, key, value, record_type, raw.timestamp)
+        return Delivery(
+            topic, raw.partition, raw.offset, key, value, record_type, raw.timestamp, event_id
+        )
 
     def _repeated_view(self, topic: str, key: str, payload: bytes) -> bool:
         slot = (topic, key)
@@ -268,3 +272,12 @@ class Subscriber:
         if len(self._last_view) > self.seen.capacity:
             self._last_view.popitem(last=False)
         return False
+
+
+def _event_id(headers: dict[str, bytes], value: Any) -> str | None:
+    """An event's id: its ``ce_id`` header, else the decoded ``event_id`` (records written
+    before the CloudEvents headers); None for a view."""
+    if "ce_id" in headers:
+        return headers["ce_id"].decode(errors="replace")
+    found = value.get("event_id") if isinstance(value, dict) else getattr(value, "event_id", None)
+    return found if isinstance(found, str) else None
