@@ -7,6 +7,8 @@ FROM ${BASE}
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 GRIDLEDGER_HOME=/var/lib/gridledger
 WORKDIR /app
 COPY pyproject.toml README.md ./
+# The client distribution, which the server depends on (and which holds the Avro schemas).
+COPY client ./client
 COPY schemas ./schemas
 COPY projections ./projections
 COPY services ./services
@@ -14,7 +16,7 @@ COPY infra ./infra
 COPY bench ./bench
 # The folders exist in the image owned by the service user, so the named volumes mounted
 # on them start out writable by it (Docker copies a new volume's ownership from the image).
-RUN pip install . && useradd --system --home /var/lib/gridledger gridledger \
+RUN pip install ./client . && useradd --system --home /var/lib/gridledger gridledger \
     && mkdir -p /var/lib/gridledger /etc/gridledger \
     && chown gridledger /var/lib/gridledger /etc/gridledger
 USER gridledger

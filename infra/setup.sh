@@ -28,14 +28,16 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# The venv is reinstalled only when pyproject.toml changed since the last install.
+# The venv is reinstalled only when a pyproject.toml changed since the last install.
 stamp=.venv/.gridledger-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml client/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [[ ! -x .venv/bin/python ]]; then
   python3 -m venv .venv
 fi
 if [[ ! -f ${stamp} || $(cat "${stamp}") != "${want}" ]]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev,bench]'
+  # The server depends on the client distribution (client/), which no index has: both in
+  # one resolve, so that pip takes gridledger-client from here.
+  .venv/bin/python -m pip install -q -e ./client -e '.[dev,bench]'
   echo "${want}" > "${stamp}"
 fi

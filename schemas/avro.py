@@ -31,7 +31,17 @@ from pydantic_core import PydanticUndefined
 
 from schemas.errors import SchemaRegistryError
 
-AVRO_DIR: Path = wire.AVRO_DIR
+
+
+def _stored_dir() -> Path:
+    """The stored schemas: a source checkout's ``client/gridledger_client/avro`` (where
+    ``--write`` must store a new version, never into an installed package), else the
+    installed client's."""
+    checkout = Path(__file__).resolve().parent.parent / "client" / "gridledger_client" / "avro"
+    return checkout if checkout.is_dir() else wire.AVRO_DIR
+
+
+AVRO_DIR: Path = _stored_dir()
 NAMESPACE = "gridledger"
 ENVELOPE_RECORD = "Envelope"
 
