@@ -39,5 +39,9 @@ if [[ ! -f ${stamp} || $(cat "${stamp}") != "${want}" ]]; then
   # The server depends on the client distribution (client/), which no index has: both in
   # one resolve, so that pip takes gridledger-client from here.
   .venv/bin/python -m pip install -q -e ./client -e '.[dev,bench]'
+  # The wheels a fresh venv installs the client from, offline (tests/client/test_clean_venv.py):
+  # its dependencies and its build backend (flit_core, client/pyproject.toml).
+  .venv/bin/python -m pip wheel -q -w "${GRIDLEDGER_WHEELHOUSE:-${HOME}/.cache/gridledger/wheels}" \
+    ./client flit_core
   echo "${want}" > "${stamp}"
 fi

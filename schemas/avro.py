@@ -32,7 +32,6 @@ from pydantic_core import PydanticUndefined
 from schemas.errors import SchemaRegistryError
 
 
-
 def _stored_dir() -> Path:
     """The stored schemas: a source checkout's ``client/gridledger_client/avro`` (where
     ``--write`` must store a new version, never into an installed package), else the

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -14,10 +11,9 @@ import fastavro
 import pytest
 from gridledger_client import Subscriber, Undecodable, wire
 
-from infra.services import settings_env
 from schemas import codec
 from schemas.events import JobQueued, ProcessExited
-from schemas.views import AccountingRecord, JobView
+from schemas.views import JobView
 from services.ledger import Ledger
 from services.settings import Settings
 from services.transport import subscriber
@@ -122,34 +118,3 @@ async def test_a_group_resumes_after_what_it_committed(topics: Settings) -> None
 def test_unknown_topics_are_refused_with_the_list() -> None:
     with pytest.raises(ValueError, match="node-commands.*job-events"):
         Subscriber("127.0.0.1:9092", ["node-commands"])
-
-
-async def test_the_example_service_prints_what_each_ending_asks_for(topics: Settings) -> None:
-    failed, ok = job_id(), job_id()
-    record = AccountingRecord(
-        job_id=ok, tenant="dev", status="succeeded", final=True, policy_version="1",
-        billable_gpu_seconds=30.0, gpu_seconds=30.0,
-    )  # fmt: skip
-    failing = run_facts(failed, exit_code=1).job_events
-    async with Ledger(topics, "test") as ledger:
-        await ledger.append_many([*failing, *run_facts(ok).job_events])
-        await ledger.append_many(failing[-2:])  # the classifier's decisions, redelivered
-        await ledger.publish("accounting", ok, record)
-    env = {**os.environ, **settings_env(topics), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "subscriber.py"), "--from-beginning",
-         "--idle-exit", "3"],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert (
-        lines.count(
-            f"{failed} attempt 1 missing_module · user: "
-            "add transformers to the image (pip install transformers) and resubmit"
-        )
-        == 1
-    ), done.stdout
-    assert f"{ok} succeeded" in lines
-    assert f"{ok} final: 30.0 GPU-s billable, 0.0 credited (policy 1)" in lines
-    assert "(1 repeated records dropped)" in done.stderr  # JobFailed is filtered by its header
