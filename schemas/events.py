@@ -7,7 +7,7 @@ tense; decisions (``FailureClassified``, ``RetryScheduled``, terminal events) ar
 events too, so a job's history explains itself.
 
 The Avro schema of each event is generated from its model (:mod:`schemas.avro`)
-and every version ever written is stored under ``schemas/avro/``.
+and every version ever written is stored under ``client/gridledger_client/avro/``.
 """
 
 from __future__ import annotations
