@@ -390,7 +390,7 @@ def sleepers(console: Console) -> Iterator[list[str]]:
             console.demo.client.post(f"/v1/jobs/{job_id}/cancel")
 
 
-def assert_aa_contrast(console: Console, page: str) -> None:
+def assert_aa_contrast(console: Console, page: str, dark_shot: str = "") -> None:
     """Every text and control edge of the page as rendered now, in both colour schemes."""
     driver = console.driver
     try:
@@ -402,6 +402,8 @@ def assert_aa_contrast(console: Console, page: str) -> None:
             assert result["texts"] >= 5, f"{page}: hardly any text measured ({result})"
             failures = "\n".join(str(f) for f in result["failures"])
             assert not failures, f"{page} ({scheme}) fails WCAG AA contrast:\n{failures}"
+            if scheme == "dark" and dark_shot:
+                console.full_shot(dark_shot)
     finally:
         a11y.prefer(driver, "light")
 
@@ -437,6 +439,11 @@ def test_a_hidden_tab_stops_polling_and_catches_up_when_shown(
     )
     # The visible tab goes on polling: its page load and two refreshes (3 s apart) span
     # more than two of the hidden page's 2 s intervals.
+    busy = browser.wait_for(
+        lambda: driver.find_elements(By.CSS_SELECTOR, ".gpu.busy"), 60, "a sleeper's GPU busy"
+    )
+    assert all(tile.text.split()[-1] == "busy" for tile in busy), [t.text for t in busy]
+    assert_aa_contrast(console, "the fleet with busy GPUs")
     browser.wait_for(lambda: driver.execute_script(nodes) >= 3, 30, "the fleet tab to poll")
     driver.close()
     driver.switch_to.window(page)
@@ -538,18 +545,15 @@ def test_every_page_meets_wcag_aa_contrast_in_light_and_dark(console: Console) -
     states = a11y.add_status_swatches(driver)
     assert {"submitted", "running", "failed", "lost_contact", "silent"} <= set(states), states
     assert_aa_contrast(console, "the job list with a pill of every state")
-    for path, ready in (
-        (f"/console/jobs/{failed}", "#explain .h"),
-        (f"/console/jobs/{retried}", '[data-window="backoff"]'),
-        (f"/console/jobs/{cancelled}", '#tl [data-state="cancelled"]'),
-        ("/console/fleet", ".gpu.unknown"),
+    for path, ready, shot in (
+        (f"/console/jobs/{failed}", "#explain .h", ""),
+        (f"/console/jobs/{retried}", '[data-window="backoff"]', "11-job-retried-dark"),
+        (f"/console/jobs/{cancelled}", '#tl [data-state="cancelled"]', ""),
+        ("/console/fleet", ".gpu.unknown", ""),
     ):
         console.open(path)
         browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ready), 30, ready)  # noqa: B023
-        assert_aa_contrast(console, path)
-    a11y.prefer(driver, "dark")
-    console.full_shot("11-job-dark")
-    a11y.prefer(driver, "light")
+        assert_aa_contrast(console, path, shot)
 
     driver.execute_script("localStorage.clear()")
     driver.refresh()
@@ -559,6 +563,7 @@ def test_every_page_meets_wcag_aa_contrast_in_light_and_dark(console: Console) -
     driver.find_element(By.CSS_SELECTOR, "#signin button").click()
     browser.wait_for(lambda: "not accepted" in console.text(".signin"), 20, "the refusal")
     assert_aa_contrast(console, "the sign-in page with its error")
+    assert a11y.unnamed_controls(driver) == []
     driver.execute_script("localStorage.setItem('gridledger.token', arguments[0])", console.token)
 
 
