@@ -46,6 +46,11 @@ SEALS = Counter(
     "Seals the notary signed and appended to ledger-seals, by sealed topic",
     ["topic"],
 )
+WEBHOOK_DELIVERIES = Counter(
+    "gridledger_webhook_deliveries",
+    "Webhook delivery attempts, by outcome (delivered: a 2xx; failed: anything else)",
+    ["outcome"],
+)
 CONSUMER_LAG = Gauge(
     "gridledger_consumer_lag",
     "Records between this consumer's position and the partition's end",

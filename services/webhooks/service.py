@@ -45,6 +45,7 @@ from services import secretstore
 from services.backoff import outage_of, wait_event
 from services.ledger import TopicPartition
 from services.ledger.client import Ledger, LedgerRecord, broker_unavailable
+from services.ops import metrics
 from services.ops.server import ops_server
 from services.secretstore import SecretsKey
 from services.settings import Settings
@@ -330,6 +331,13 @@ class WebhookService:
 
     async def _record(self, sid: str, item: asyncpg.Record, attempt: Attempt) -> bool:
         """Log the attempt, settle the row and the subscription; True: go on delivering."""
+        metrics.WEBHOOK_DELIVERIES.labels(outcome="delivered" if attempt.ok else "failed").inc()
+        try:
+            return await self._settle(sid, item, attempt)
+        except asyncpg.ForeignKeyViolationError:
+            return False  # the tenant removed the subscription meanwhile: nothing to settle
+
+    async def _settle(self, sid: str, item: asyncpg.Record, attempt: Attempt) -> bool:
         now = datetime.now(UTC)
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(

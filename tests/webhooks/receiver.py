@@ -21,8 +21,8 @@ class Receiver:
     """Start it, point a webhook at :meth:`url`, read :attr:`received`."""
 
     status: int = 200
-    hang: bool = False
-    """Answer nothing: the request stays open until the receiver stops."""
+    hanging: set[str] = field(default_factory=set)
+    """Paths that answer nothing: a request there stays open until the receiver stops."""
     received: list[Received] = field(default_factory=list)
     port: int = 0
     _runner: web.AppRunner | None = None
@@ -36,7 +36,7 @@ class Receiver:
         self.received.append(Received(request.path, headers, body))
         if request.path == "/redirect":
             raise web.HTTPFound("/elsewhere")
-        if self.hang:
+        if request.path in self.hanging:
             await asyncio.Event().wait()
         return web.Response(status=self.status, text="ok" if self.status < 300 else "broken")
 

@@ -113,7 +113,7 @@ async def test_a_receiver_killed_mid_stream_gets_every_event_with_stable_ids(
     await hooks.ledger.append_many(first)
     await eventually(lambda: len(hooks.receiver.received) >= 3, "the first deliveries")
 
-    hooks.receiver.hang = True  # the next request stays open ...
+    hooks.receiver.hanging = {"/hook"}  # the next request stays open ...
     in_flight = len(hooks.receiver.received) + 1
     await eventually(lambda: len(hooks.receiver.received) >= in_flight, "a request in flight")
     await hooks.receiver.stop()  # ... and the receiver dies with it unanswered
@@ -125,7 +125,7 @@ async def test_a_receiver_killed_mid_stream_gets_every_event_with_stable_ids(
 
     await eventually(refused, "deliveries failing while the receiver is down")
     await hooks.start_service()  # the service restarts too: its queue is in Postgres
-    hooks.receiver.hang = False
+    hooks.receiver.hanging = set()
     await hooks.receiver.start()  # back, on the same port
     await hooks.ledger.append_many(third)
     await settled(hooks)
@@ -140,6 +140,26 @@ async def test_a_receiver_killed_mid_stream_gets_every_event_with_stable_ids(
         assert len({json.dumps(verified(hook["secret"], c), sort_keys=True) for c in copies}) == 1
     listed = (await hooks.get("/v1/webhooks"))["webhooks"][0]
     assert listed["enabled"] and listed["pending"] == 0 and listed["consecutive_failures"] == 0
+
+
+async def test_a_hanging_receiver_holds_up_only_its_own_webhook(hooks: Hooks) -> None:
+    hooks.receiver.hanging = {"/slow"}
+    slow = await hooks.add(hooks.receiver.url("/slow"), ["JobSubmitted"], OTHER_TOKEN)
+    await hooks.add(hooks.receiver.url("/dev"), ["JobSubmitted", "JobSucceeded"])
+    await hooks.start_service(webhooks_timeout_s=60)
+    theirs = [run_facts(f"job-wh-slow-{n}", tenant="other").job_events[0] for n in range(3)]
+    mine = run_facts("job-wh-fast").job_events
+    await hooks.ledger.append_many([*theirs, *mine])
+
+    expected = ids(mine, {"JobSubmitted", "JobSucceeded"})
+    await eventually(
+        lambda: {r.headers["webhook-id"] for r in hooks.receiver.bodies("/dev")} == expected,
+        "my deliveries while the other tenant's receiver hangs",
+    )
+    assert len(hooks.receiver.bodies("/slow")) == 1  # its first request, still open
+    still = await hooks.get(f"/v1/webhooks/{slow['id']}/deliveries", OTHER_TOKEN)
+    assert still["deliveries"] == []
+    assert (await hooks.get("/v1/webhooks", OTHER_TOKEN))["webhooks"][0]["pending"] == 3
 
 
 async def test_a_failing_subscription_is_disabled_with_its_reason_and_enabled_again(
