@@ -194,6 +194,20 @@ class Settings(BaseSettings):
     """``Retry-After`` of a 503: when a client should try again."""
     log_follow_grace_s: float = Field(2.0, ge=0)
     """After a followed job turns terminal, keep streaming late log chunks this long."""
+    events_poll_s: float = Field(0.5, gt=0)
+    """How often the API's one shared tail of ``job_events`` looks for new rows while any
+    ``GET /v1/events`` stream is open."""
+    events_heartbeat_s: float = Field(15.0, gt=0)
+    """A quiet event stream gets a comment line this often, so proxies keep it open."""
+    events_stream_max_s: float = Field(900.0, gt=0)
+    """An event stream ends after this long; the client reconnects with ``Last-Event-ID``
+    (so no connection is held forever)."""
+    events_streams_per_tenant: int = Field(8, ge=1)
+    """Open event streams one tenant may hold on one API process; the next is a 429."""
+    events_streams_max: int = Field(256, ge=1)
+    """Open event streams of all tenants on one API process; the next is a 429."""
+    events_buffer: int = Field(1000, ge=1)
+    """Events waiting for one slow stream; past it the stream reads on from Postgres."""
     sink_batch_max: int = Field(2000, ge=1)
     """Records the sink writes (rows and offsets) in one transaction; small when traffic is."""
     sink_lock_wait_s: float = Field(10.0, ge=0)

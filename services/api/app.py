@@ -40,6 +40,7 @@ from services.api import (
 )
 from services.api import models as m
 from services.api import usage as usage_api
+from services.api.events import EventHub, Filters, TooManyStreamsError, serve_events
 from services.api.logs import serve_logs
 from services.api.openapi import (
     Header,
@@ -74,6 +75,8 @@ ID_KEY = web.AppKey("id_key", idempotency.IdKey)
 OPENAPI = web.AppKey("openapi", dict)
 ROUTES = web.AppKey("routes", tuple)
 """Every operation the app serves (the table plus the ops endpoints)."""
+EVENTS = web.AppKey("events", EventHub)
+"""The one shared tail of ``job_events`` behind every ``GET /v1/events`` stream."""
 
 
 def not_found(job_id: str) -> web.HTTPNotFound:
@@ -430,6 +433,56 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
         since=since,
         tail=query.tail,
     )
+
+
+def _last_event_id(request: web.Request) -> int | None | web.Response:
+    """The ``Last-Event-ID`` header as a position (None when absent or empty), or its 400."""
+    value = request.headers.get("Last-Event-ID", "").strip()
+    if not value:
+        return None
+    if value.isascii() and value.isdigit() and len(value) <= 18:
+        return int(value)
+    problem = problems.Problem(
+        "Last-Event-ID",
+        f"{_shown(value)[:40]} is not an id of this event stream",
+        "send the `id:` of the last event received (a whole number), or no header to start "
+        "from now on",
+    )
+    return problem_response(400, [problem], "invalid_header")
+
+
+async def stream_events(request: web.Request) -> web.StreamResponse:
+    """GET /v1/events: the tenant's job events as server-sent events, resumable by id."""
+    try:
+        query = m.EventsQuery.model_validate(_query(request, lists=("type",)))
+    except ValidationError as exc:
+        return problem_response(422, _query_problems(exc), "invalid_query")
+    header = _last_event_id(request)
+    if isinstance(header, web.Response):
+        return header
+    tenant = _tenant(request)
+    if query.job is not None:
+        if not problems.valid_job_id(query.job):
+            raise not_found(query.job)
+        if await queries.job_row(request.app[POOL], tenant, query.job) is None:
+            raise not_found(query.job)
+    filters = Filters(tenant, query.job, frozenset(query.type))
+    after = header if header is not None else query.since
+    try:
+        return await serve_events(request, hub=request.app[EVENTS], filters=filters, after=after)
+    except TooManyStreamsError as exc:
+        retry = request.app[SETTINGS].api_retry_after_s
+        return errors.problem(
+            429,
+            "too_many_streams",
+            "Too many open event streams",
+            f"{exc}. Close one (each stream shows every job of the tenant; filter with ?job= "
+            f"and ?type=), or retry in {retry} s with Last-Event-ID to miss nothing.",
+            headers={"Retry-After": str(retry)},
+            retry_after_s=retry,
+            limit=exc.limit,
+            setting=exc.setting,
+        )
 
 
 async def get_accounting(request: web.Request) -> web.Response:
@@ -841,6 +894,35 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     Operation(
         "GET",
+        "/v1/events",
+        stream_events,
+        "streamEvents",
+        "The tenant's job events as server-sent events (CloudEvents JSON), resumable with "
+        "Last-Event-ID",
+        {
+            200: Reply(
+                "text/event-stream: per event an `id:` (its position; resume after it with "
+                "Last-Event-ID or ?since=) and `data:` (a CloudEvents 1.0 JSON document whose "
+                "data is the event); `:` comment lines while quiet",
+                media={"text/event-stream": {"schema": {"type": "string"}}},
+            ),
+            400: Reply("the Last-Event-ID header is not an id of this stream", m.Problems),
+            404: Reply("?job= names no job of this tenant", m.ErrorBody),
+            429: Reply(
+                "the tenant (or the API) holds as many open streams as allowed; Retry-After",
+                m.ProblemDetail,
+            ),
+        },
+        query=m.EventsQuery,
+        headers=(
+            Header(
+                "Last-Event-ID",
+                "the id of the last event received: the stream resumes after it",
+            ),
+        ),
+    ),
+    Operation(
+        "GET",
         f"{_JOB}/accounting",
         get_accounting,
         "getJobAccounting",
@@ -1009,6 +1091,7 @@ def build_app(
     app[ID_KEY] = idempotency.IdKey(settings)
     app[ROUTES] = operations
     app[OPENAPI] = openapi_document(operations)
+    app[EVENTS] = EventHub(settings, pool)
     tenant_secrets.install(app, settings, pool)
     webhooks.install(app, settings)
     register(app, operations)
@@ -1017,6 +1100,10 @@ def build_app(
     async def close_checks_on_cleanup(app: web.Application) -> None:
         await close_checks(endpoints.checks)
 
+    async def end_event_streams(app: web.Application) -> None:
+        await app[EVENTS].close()  # before the server waits for its open requests
+
+    app.on_shutdown.append(end_event_streams)
     app.on_cleanup.append(close_checks_on_cleanup)
     app.on_cleanup.append(problem_answers.on_cleanup)  # the Postgres probe, if one runs
     return app

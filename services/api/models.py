@@ -11,9 +11,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from schemas.events import ENVELOPE_FIELDS
+from schemas.events import ENVELOPE_FIELDS, EVENT_TYPES
 from schemas.spec import JobSpec, Line
 from schemas.types import FitReport
 from schemas.views import JobStatus, JobView
@@ -99,6 +99,39 @@ class UsageQuery(ApiModel):
         None,
         description="the `next_cursor` of the previous page (opaque); omit for the first page",
     )
+
+
+JOB_EVENT_TYPES = frozenset(n for n, c in EVENT_TYPES.items() if c.TOPIC == "job-events")
+"""What ``GET /v1/events?type=`` may name: the events ``job_events`` stores."""
+
+
+class EventsQuery(ApiModel):
+    """Query of ``GET /v1/events``; ``type`` may repeat or be comma-separated."""
+
+    job: str | None = Field(
+        None, max_length=64, description="only this job's events (one of the tenant's jobs)"
+    )
+    type: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="only these event types (JobSubmitted, JobFailed, ...)",
+    )
+    since: int | None = Field(
+        None,
+        ge=0,
+        le=2**63 - 1,
+        description="resume after this event id (an SSE `id:`; a `Last-Event-ID` header wins); "
+        "0: from the tenant's first event; omitted: from now on",
+    )
+
+    @field_validator("type")
+    @classmethod
+    def _known_types(cls, value: list[str]) -> list[str]:
+        unknown = sorted({t for t in value if t not in JOB_EVENT_TYPES})
+        if unknown:
+            shown = ", ".join(ascii(t)[:60] for t in unknown[:5])
+            raise ValueError(f"no job event type {shown}; use {', '.join(sorted(JOB_EVENT_TYPES))}")
+        return value
 
 
 class LogsQuery(ApiModel):

@@ -51,18 +51,20 @@ async def compare_table(
     """(number of differing keys, up to ``limit`` of them) between two copies of a table."""
     key = COMPARED_TABLES[table]
     cols = ", ".join(key)
+    # The declared columns only: what Postgres assigns (a bigserial) differs in a rebuild.
+    every = ", ".join(DERIVED_TABLES[table].names)
     sql = (
         f"SELECT {cols} FROM ("
-        f"(SELECT * FROM {live} EXCEPT SELECT * FROM {rebuilt}) UNION ALL "
-        f"(SELECT * FROM {rebuilt} EXCEPT SELECT * FROM {live})) d "
+        f"(SELECT {every} FROM {live} EXCEPT SELECT {every} FROM {rebuilt}) UNION ALL "
+        f"(SELECT {every} FROM {rebuilt} EXCEPT SELECT {every} FROM {live})) d "
         f"GROUP BY {cols} ORDER BY {cols}"
     )
     keys = [tuple(r) for r in await conn.fetch(sql)]
     out: list[RowDifference] = []
     where = " AND ".join(f"{c} = ${i}" for i, c in enumerate(key, start=1))
     for k in keys[:limit]:
-        live_row = await conn.fetchrow(f"SELECT * FROM {live} WHERE {where}", *k)
-        rebuilt_row = await conn.fetchrow(f"SELECT * FROM {rebuilt} WHERE {where}", *k)
+        live_row = await conn.fetchrow(f"SELECT {every} FROM {live} WHERE {where}", *k)
+        rebuilt_row = await conn.fetchrow(f"SELECT {every} FROM {rebuilt} WHERE {where}", *k)
         if live_row is None:
             out.append(RowDifference(table, k, "missing", rebuilt=dict(rebuilt_row or {})))
         elif rebuilt_row is None:

@@ -73,6 +73,10 @@ class Table:
     derived: bool = True
     """Derived from the ledger (rebuilt and compared by ``replay --verify``); False for
     bookkeeping (the consumed offsets) and the API's own data (the tenants' secrets)."""
+    assigned: tuple[tuple[str, str], ...] = ()
+    """Columns Postgres fills itself, after ``columns`` (``job_events.stream_position``, a
+    bigserial): never written by the sink, and not compared by replay (a rebuild numbers
+    its rows anew)."""
     names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -118,13 +122,21 @@ class Table:
         return out
 
 
-def declare(name: str, key: tuple[str, ...], columns: str, *, derived: bool = True) -> Table:
-    """A table from ``"column type, column type, …"`` (types as in the migrations)."""
+def _pairs(columns: str) -> tuple[tuple[str, str], ...]:
     pairs = []
     for spec in columns.split(","):
         column, _, sql_type = spec.strip().partition(" ")
-        pairs.append((column, sql_type.strip()))
-    return Table(name, tuple(pairs), key, derived)
+        if column:
+            pairs.append((column, sql_type.strip()))
+    return tuple(pairs)
+
+
+def declare(
+    name: str, key: tuple[str, ...], columns: str, *, derived: bool = True, assigned: str = ""
+) -> Table:
+    """A table from ``"column type, column type, …"`` (types as in the migrations), and the
+    columns Postgres assigns (:attr:`Table.assigned`) in the same form."""
+    return Table(name, _pairs(columns), key, derived, _pairs(assigned))
 
 
 TABLES: dict[str, Table] = {
@@ -155,6 +167,7 @@ TABLES: dict[str, Table] = {
             "event_id text, job_id text, seq integer, attempt integer, type text, "
             "occurred_at timestamptz, producer text, causation_id text, "
             "schema_version integer, payload jsonb",
+            assigned="stream_position bigserial",
         ),
         declare(
             "failures",

@@ -121,7 +121,10 @@ class Hostile(System):
 def hostile_settings(base: Settings, work: Path, store: PrivateStore) -> Settings:
     """Own home (tokens file and secrets key inside it, the agents' folders beside it), own
     topics, schema, API port, and the private object store."""
-    settings = system_settings(base, work, tokens_file=work / "tokens.json")
+    # The fuzzer reads every answer to its end: an event stream ends after 1 s here.
+    settings = system_settings(
+        base, work, tokens_file=work / "tokens.json", events_stream_max_s=1.0
+    )
     settings = store.service_settings(settings)
     tokens.ensure_tokens(settings)
     secretstore.ensure_key(settings)

@@ -14,6 +14,7 @@ from services.replay.compare import COMPARED_TABLES
 from services.settings import Settings
 from services.sink import db
 from services.sink.migrate import migrate_pool
+from services.sink.tables import TABLES
 
 
 def new_schema() -> str:
@@ -42,7 +43,9 @@ async def dump(pool: asyncpg.Pool, *, offsets: bool = False) -> dict[str, list[d
     out: dict[str, list[dict[str, Any]]] = {}
     async with pool.acquire() as conn:
         for table, key in tables.items():
-            rows = await conn.fetch(f"SELECT * FROM {table} ORDER BY {', '.join(key)}")
+            # The declared columns: what Postgres assigns (a position) is no derived data.
+            columns = ", ".join(TABLES[table].names)
+            rows = await conn.fetch(f"SELECT {columns} FROM {table} ORDER BY {', '.join(key)}")
             out[table] = [
                 {
                     k: json.loads(v) if k in _JSON_COLUMNS and isinstance(v, str) else v

@@ -90,10 +90,16 @@ def parse_migrations(sql: str) -> dict[str, Table]:
     ):
         _, sql_type, _ = _column(f"{column} {spec}")
         columns[name] = [(c, sql_type if c == column.lower() else t) for c, t in columns[name]]
-    return {
-        name: Table(name, tuple(cols), keys[name], TABLES[name].derived if name in TABLES else True)
-        for name, cols in columns.items()
-    }
+    out = {}
+    for name, cols in columns.items():
+        declared = TABLES.get(name)
+        assigned = {c for c, _ in declared.assigned} if declared else set()
+        written = [c for c in cols if c[0] not in assigned]
+        filled = [c for c in cols if c[0] in assigned]
+        out[name] = Table(
+            name, tuple(written), keys[name], declared.derived if declared else True, tuple(filled)
+        )
+    return out
 
 
 def migrated() -> dict[str, Table]:
@@ -107,6 +113,7 @@ def test_the_declaration_is_what_the_migrations_create() -> None:
     assert list(created) == list(TABLES), "tables (or their order) differ"
     for name, table in TABLES.items():
         assert created[name].columns == table.columns, name
+        assert created[name].assigned == table.assigned, name
         assert created[name].key == table.key, name
 
 

@@ -12,6 +12,7 @@ import pytest
 from schemas.events import LogChunk, MeterTick, NodeEvent
 from services.replay.compare import COMPARED_TABLES
 from services.settings import Settings
+from services.sink.tables import TABLES
 from services.sink.writer import ReadModelWriter
 from tests.sink.pg import private_schema
 from tests.sink.scenario import node_facts, run_facts
@@ -73,7 +74,8 @@ async def tables(pool: asyncpg.Pool) -> dict[str, list[str]]:
     out = {}
     async with pool.acquire() as conn:
         for table, key in COMPARED_TABLES.items():
-            sql = f"SELECT t::text FROM {table} t ORDER BY {', '.join(key)}"
+            columns = ", ".join(TABLES[table].names)  # not what Postgres assigns (a position)
+            sql = f"SELECT ROW({columns})::text FROM {table} ORDER BY {', '.join(key)}"
             out[table] = [r[0] for r in await conn.fetch(sql)]
     return out
 

@@ -2,7 +2,9 @@
 
 A PRIVATE stack (``tests.system.outage_stack.PrivateStack``: own home, free
 ports), its broker SIGKILLed and restarted. Real sink, api, scheduler, processors
-and one real agent process on Docker.
+and one real agent process on Docker. An SSE client of ``GET /v1/events`` follows
+the jobs, is cut off while the broker is away and resumes with ``Last-Event-ID``
+after its restart: it receives every event of every job once, no gap.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.sse import Follower
 from tests.system.conftest import System, bound_s, run_system, sh, system_settings, workdir
 from tests.system.outage_stack import PrivateStack
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -41,6 +45,9 @@ def test_jobs_running_through_a_broker_outage_end_with_their_true_status(
 ) -> None:
     system = outage_system
     system.start_agent("node-1", provider="acme", count=4)
+    client = system.api
+    follower = Follower(client.base, client.token).start()
+    assert follower.connected.wait(60), "the event stream did not open"
     limits = {"queue_timeout_s": 120, "max_runtime_s": 120}
     specs = {
         exit_code: sh(f"echo working; sleep 8; echo done; exit {exit_code}", limits=limits)
@@ -50,11 +57,25 @@ def test_jobs_running_through_a_broker_outage_end_with_their_true_status(
     system.wait_status(list(jobs), {"running"}, 120)
 
     stack.kill_kafka()
+    follower.pause()  # the SSE client is cut off for the outage
     time.sleep(OUTAGE_S)  # the fault itself: the processes finish while nobody can hear
     began = time.monotonic()
     stack.start_kafka()
     restarted_in = time.monotonic() - began
+    follower.resume()  # with Last-Event-ID
     system.wait_terminal(list(jobs), 240)  # check_alive on every poll: no service died
+
+    # The event stream: every stored event of every job, once, in order, across the cut.
+    def streamed_all() -> bool:
+        return all(follower.ids_of(j) == [e["event_id"] for e in system.events(j)] for j in jobs)
+
+    try:
+        wait_until(streamed_all, "the SSE client to have every stored event of every job", 60)
+    finally:
+        follower.stop()
+    ids = [e["id"] for e in follower.events]
+    assert len(ids) == len(set(ids)), "an event came twice over the stream"
+    assert follower.connections >= 2
 
     for job_id, code in jobs.items():
         doc = system.job(job_id)

@@ -1,0 +1,124 @@
+"""Reading ``GET /v1/events`` as a client does: the SSE line rules, and a follower that
+resumes with ``Last-Event-ID`` after every dropped connection."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import threading
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Frame:
+    """One SSE message: its id and data, or the comments of a frame without data."""
+
+    id: str | None = None
+    data: dict[str, Any] | None = None
+    comments: list[str] = field(default_factory=list)
+
+
+class Parser:
+    """Lines in, frames out (a blank line ends a frame)."""
+
+    def __init__(self) -> None:
+        self.frame = Frame()
+
+    def feed(self, line: str) -> Frame | None:
+        """The frame ``line`` completes, if it does."""
+        line = line.rstrip("\r\n")
+        if not line:
+            done, self.frame = self.frame, Frame()
+            return done
+        if line.startswith(":"):
+            self.frame.comments.append(line[1:].strip())
+        else:
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "id":
+                self.frame.id = value
+            elif name == "data":
+                self.frame.data = json.loads(value)
+        return None
+
+
+class Follower:
+    """Follows the stream in a thread, reconnecting with the last id it received; the
+    test can cut its connection (:meth:`pause`) and let it resume (:meth:`resume`)."""
+
+    def __init__(self, base: str, token: str, query: str = "") -> None:
+        self.url = f"{base}/v1/events{query}"
+        self.token = token
+        self.events: list[dict[str, Any]] = []
+        self.last_id: str | None = None
+        self.connections = 0
+        self.connected = threading.Event()
+        self.running = threading.Event()
+        self.running.set()
+        self.stopped = False
+        self.response: http.client.HTTPResponse | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name="sse-follower")
+
+    def start(self) -> Follower:
+        self.thread.start()
+        return self
+
+    def pause(self) -> None:
+        """Cut the connection and stay away until :meth:`resume`."""
+        self.running.clear()
+        self.connected.clear()
+        self._cut()
+
+    def resume(self) -> None:
+        self.running.set()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.running.set()
+        self._cut()
+        self.thread.join(10)
+
+    def _cut(self) -> None:
+        response = self.response
+        if response is not None:
+            with contextlib.suppress(OSError):
+                response.fp.raw._sock.shutdown(2)  # type: ignore[union-attr]
+
+    def _run(self) -> None:
+        while not self.stopped:
+            self.running.wait()
+            if self.stopped:
+                return
+            headers = {"Authorization": f"Bearer {self.token}"}
+            if self.last_id is not None:
+                headers["Last-Event-ID"] = self.last_id
+            try:
+                with urllib.request.urlopen(
+                    urllib.request.Request(self.url, headers=headers), timeout=30
+                ) as response:
+                    self.response = response
+                    self.connections += 1
+                    self.connected.set()
+                    self._read(response)
+            except (OSError, http.client.HTTPException, ValueError):
+                pass  # dropped (or refused while the API is away): resume
+            finally:
+                self.response = None
+            self.running.wait(0.2)
+
+    def _read(self, response: http.client.HTTPResponse) -> None:
+        parser = Parser()
+        for raw in response:
+            if not self.running.is_set():
+                return  # cut by the test: what arrives after it is not counted
+            frame = parser.feed(raw.decode())
+            if frame is not None and frame.data is not None:
+                self.events.append(frame.data)
+                self.last_id = frame.id
+
+    def ids_of(self, job_id: str) -> list[str]:
+        """The event ids received for ``job_id``, in the order they came."""
+        return [e["id"] for e in list(self.events) if e.get("subject") == job_id]
