@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from projections import usage
 from projections.fit import NodeCapacity, check_fit
 from schemas.events import CancelRequested, JobSubmitted, new_event_id
+from schemas.log_position import parse_position
 from schemas.spec import JobSpec
 from schemas.views import JOB_STATUSES, TERMINAL_STATUSES, AccountingRecord
 from services.api import (
@@ -432,6 +433,7 @@ async def get_logs(request: web.Request) -> web.StreamResponse:
         follow=query.follow,
         since=since,
         tail=query.tail,
+        after=parse_position(query.after) if query.after else {},
     )
 
 

@@ -9,7 +9,9 @@ the sink recorded that the follower missed, and closes.
 
 ``since`` keeps chunks read at or after a time and ``tail`` only the last N
 lines (the first chunk served is cut to them); what they leave out is never
-served by the live part either.
+served by the live part either, and an NDJSON stream says so in a line
+``{"skipped": POSITION}``. ``after`` (a :mod:`schemas.log_position`) resumes a
+reader whose connection dropped: no chunk at or before it is sent again.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import asyncpg
 from aiohttp import web
 
 from schemas.events import LogChunk
+from schemas.log_position import LogPosition, advance, format_position, has
 from schemas.views import TERMINAL_STATUSES
 from services.api import queries
 from services.ledger.client import Ledger
@@ -65,10 +68,14 @@ def chunk_dict(chunk: LogChunk) -> dict[str, Any]:
 class LogWriter:
     """Writes chunks to a streamed response as NDJSON or plain text, each chunk once."""
 
-    def __init__(self, response: web.StreamResponse, ndjson: bool) -> None:
+    def __init__(
+        self, response: web.StreamResponse, ndjson: bool, after: LogPosition | None = None
+    ) -> None:
         self.response = response
         self.ndjson = ndjson
         self.sent: set[ChunkKey] = set()
+        self.after: LogPosition = after or {}
+        """The reader has every chunk at or before it (a resumed follow)."""
 
     async def write(self, chunks: Iterable[dict[str, Any]]) -> None:
         """Write the chunks not yet sent (the stored and the live reads overlap; each chunk goes out
@@ -76,7 +83,7 @@ class LogWriter:
         out = []
         for chunk in chunks:
             key = (chunk["attempt"], chunk["stream"], chunk["seq"])
-            if key in self.sent:
+            if key in self.sent or has(self.after, *key):
                 continue
             self.sent.add(key)
             if self.ndjson:
@@ -88,6 +95,16 @@ class LogWriter:
                     out.append("\n[gridledger: log quota reached; later output was dropped]\n")
         if out:
             await self.response.write("".join(out).encode())
+
+    async def skipped(self, chunks: list[dict[str, Any]]) -> None:
+        """Tell an NDJSON reader which chunks the filters left out, so that a reader that
+        resumes after a drop (``after=``) does not get them then."""
+        if self.ndjson and chunks:
+            position: LogPosition = {}
+            for chunk in chunks:
+                advance(position, *_key(chunk))
+            line = json.dumps({"skipped": format_position(position)}) + "\n"
+            await self.response.write(line.encode())
 
     async def keepalive(self) -> None:
         """An NDJSON line that carries nothing, so idle proxies and clients keep the stream."""
@@ -146,6 +163,7 @@ async def serve_logs(
     follow: bool,
     since: datetime | None = None,
     tail: int | None = None,
+    after: LogPosition | None = None,
 ) -> web.StreamResponse:
     """Answer a log request: the stored chunks, then, when following, the live ones until the job
     ends."""
@@ -153,11 +171,12 @@ async def serve_logs(
         headers={"Content-Type": NDJSON if ndjson else TEXT, "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
-    writer = LogWriter(response, ndjson)
+    writer = LogWriter(response, ndjson, after)
     served, cut = select_chunks(
         await queries.log_chunks(pool, job_id, attempt, stream), since, tail
     )
     writer.sent.update(_key(c) for c in cut)  # never served later by the follow either
+    await writer.skipped(cut)
     await writer.write(served)
     status = await queries.job_status(pool, job_id)
     if follow:

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from schemas.events import ENVELOPE_FIELDS, EVENT_TYPES
+from schemas.log_position import parse_position
 from schemas.spec import JobSpec, Line
 from schemas.types import FitReport
 from schemas.views import JobStatus, JobView
@@ -153,6 +154,20 @@ class LogsQuery(ApiModel):
         le=1_000_000,
         description="only the last N lines (with follow: then the new ones)",
     )
+    after: str | None = Field(
+        None,
+        max_length=2000,
+        description="resume after these chunks: ATTEMPT:STREAM:SEQ, comma-separated, the last "
+        "chunk received of each attempt and stream (`gridledger logs -f` sends it after a "
+        "dropped connection); nothing at or before them is sent again",
+    )
+
+    @field_validator("after")
+    @classmethod
+    def _position(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_position(value)  # a ValueError names the item
+        return value
 
 
 # --------------------------------------------------------------------------- responses

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import http.client
 import sys
+import time
 import urllib.parse
 from typing import Any, TextIO
 
 import click
 
+from schemas.log_position import LogPosition, advance, format_position, parse_position
 from schemas.views import TERMINAL_STATUSES
 from services.cli import render
+from services.cli.client import ApiClient
 from services.cli.exits import CliError, Exit
 from services.cli.options import (
     Connection,
@@ -76,12 +80,15 @@ def logs(
     --timestamps shows when the agent read each chunk of output (lines read
     together share a time). Exit 4 for an unknown job or an attempt it does
     not have; with -f and --timeout, exit 9 once it passed (within the API's
-    15 s keepalive) while the job goes on.
+    15 s keepalive) while the job goes on. A dropped connection is resumed
+    after the last line received of each attempt and stream, with no gap and
+    no repeat; after 2 minutes without an answer (or --timeout) it gives up
+    (exit 5, or 9).
     """
     api = conn.client
     if attempt is not None:
         _check_attempt(api.get(f"/v1/jobs/{job}"), attempt, follow)
-    query: list[tuple[str, str]] = [("format", "ndjson")]
+    query: list[tuple[str, str]] = []
     for name, value in (
         ("follow", "true" if follow else None),
         ("attempt", attempt),
@@ -91,21 +98,79 @@ def logs(
     ):
         if value is not None:
             query.append((name, str(value)))
-    printer = _Printer(out, timestamps)
-    url = f"/v1/jobs/{job}/logs?{urllib.parse.urlencode(query)}"
-    try:
-        for item in api.stream(url, timeout=deadline.remaining(3600.0)):
-            if item.get("end"):
-                if follow and not out.machine:
-                    click.echo(render.dim(f"[job {item.get('status')}]"), err=True)
-                break
-            if "data" in item:  # else a keepalive
-                printer.chunk(item)
-            deadline.check("not ended", job)
-    except TimeoutError:
-        deadline.check("not ended", job)
-        raise
+    status = follow_log(api, job, query, _Printer(out, timestamps), deadline)
+    if follow and not out.machine:
+        click.echo(render.dim(f"[job {status}]"), err=True)
     return Exit.OK
+
+
+RECONNECT_FOR_S = 120.0
+"""How long a log stream whose connection dropped tries to reconnect (without --timeout)."""
+_DROPPED = (OSError, http.client.HTTPException, ValueError)
+"""What reading a stream raises when its connection drops mid-way (a reset, a chunk cut
+short, half a JSON line); a timeout is an OSError too, and checked first."""
+
+
+def follow_log(
+    api: ApiClient,
+    job: str,
+    query: list[tuple[str, str]],
+    printer: _Printer,
+    deadline: Deadline,
+) -> str | None:
+    """Print the job's log from ``GET /v1/jobs/JOB/logs`` (NDJSON) until its end line; the job's
+    status then. A dropped connection is resumed after the last chunk printed of each attempt
+    and stream (``after=``, without ``tail``, which the first answer applied): no gap, no
+    repeat. Gives up once ``deadline`` passed (TIMED_OUT) or after ``RECONNECT_FOR_S`` without
+    a connection (API_UNREACHABLE)."""
+    position: LogPosition = {}
+    failing_since: float | None = None
+    pause = 0.5
+    first = True
+    while True:
+        params = [("format", "ndjson"), *query]
+        if not first:
+            params = [(k, v) for k, v in params if k != "tail"]
+            params.append(("after", format_position(position)))
+        url = f"/v1/jobs/{job}/logs?{urllib.parse.urlencode(params)}"
+        try:
+            for item in api.stream(url, timeout=deadline.remaining(3600.0)):
+                failing_since, pause, first = None, 0.5, False
+                if item.get("end"):
+                    return str(item.get("status"))
+                if "skipped" in item:  # what --tail or --since left out: never asked for again
+                    for (a, s), seq in parse_position(item["skipped"]).items():
+                        advance(position, a, s, seq)
+                elif "data" in item:  # else a keepalive
+                    printer.chunk(item)
+                    advance(position, item["attempt"], item["stream"], item["seq"])
+                deadline.check("not ended", job)
+            why = "the API ended the stream early"
+        except TimeoutError:
+            deadline.check("not ended", job)
+            why = "the API sent nothing for an hour"
+        except CliError as exc:  # an ApiError too: 502/503/504 are retried
+            if exc.exit_code != Exit.API_UNREACHABLE:
+                raise
+            why = str(exc)
+        except _DROPPED as exc:
+            why = f"{type(exc).__name__}: {exc}"
+        now = time.monotonic()
+        if failing_since is None:
+            failing_since = now
+            click.echo(
+                render.dim(f"[connection to the API lost ({why}); resuming where it stopped]"),
+                err=True,
+            )
+        elif deadline.timeout_s is None and now - failing_since > RECONNECT_FOR_S:
+            raise CliError(
+                f"the log stream of {job} dropped and the API did not answer again for "
+                f"{RECONNECT_FOR_S:g} s ({why}); `gridledger logs {job}` shows what is stored",
+                Exit.API_UNREACHABLE,
+            )
+        deadline.check("not ended", job)
+        time.sleep(min(pause, deadline.remaining(pause)))
+        pause = min(pause * 2, 5.0)
 
 
 def _check_attempt(doc: dict[str, Any], attempt: int, follow: bool) -> None:
