@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import socket
 import threading
-import urllib.request
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +51,9 @@ class Follower:
     test can cut its connection (:meth:`pause`) and let it resume (:meth:`resume`)."""
 
     def __init__(self, base: str, token: str, query: str = "") -> None:
-        self.url = f"{base}/v1/events{query}"
+        parts = urllib.parse.urlsplit(base)
+        self.address = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.path = f"/v1/events{query}"
         self.token = token
         self.events: list[dict[str, Any]] = []
         self.last_id: str | None = None
@@ -59,7 +62,7 @@ class Follower:
         self.running = threading.Event()
         self.running.set()
         self.stopped = False
-        self.response: http.client.HTTPResponse | None = None
+        self.conn: http.client.HTTPConnection | None = None
         self.thread = threading.Thread(target=self._run, daemon=True, name="sse-follower")
 
     def start(self) -> Follower:
@@ -82,10 +85,10 @@ class Follower:
         self.thread.join(10)
 
     def _cut(self) -> None:
-        response = self.response
-        if response is not None:
+        conn = self.conn
+        if conn is not None and conn.sock is not None:
             with contextlib.suppress(OSError):
-                response.fp.raw._sock.shutdown(2)  # type: ignore[union-attr]
+                conn.sock.shutdown(socket.SHUT_RDWR)
 
     def _run(self) -> None:
         while not self.stopped:
@@ -95,18 +98,19 @@ class Follower:
             headers = {"Authorization": f"Bearer {self.token}"}
             if self.last_id is not None:
                 headers["Last-Event-ID"] = self.last_id
+            self.conn = http.client.HTTPConnection(*self.address, timeout=30)
             try:
-                with urllib.request.urlopen(
-                    urllib.request.Request(self.url, headers=headers), timeout=30
-                ) as response:
-                    self.response = response
+                self.conn.request("GET", self.path, headers=headers)
+                response = self.conn.getresponse()
+                if response.status == 200:
                     self.connections += 1
                     self.connected.set()
                     self._read(response)
             except (OSError, http.client.HTTPException, ValueError):
                 pass  # dropped (or refused while the API is away): resume
             finally:
-                self.response = None
+                self.conn.close()
+                self.conn = None
             self.running.wait(0.2)
 
     def _read(self, response: http.client.HTTPResponse) -> None:
