@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import asyncpg
 import pytest
@@ -27,7 +27,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from infra.private import free_port
 from infra.topics import delete_topics, ensure_topics
-from schemas.views import TERMINAL_STATUSES
+from schemas.views import JOB_STATUSES, TERMINAL_STATUSES, AttemptStatus
+from services.api.models import NodeDocument
 from services.cli.client import resolve_token
 from services.demo.run import Demo
 from services.demo.scenarios import BUSYBOX, JOBS, NODE_LOST
@@ -56,6 +57,7 @@ SLEEPER = {
 }
 MISSING_MODULE = next(j for j in JOBS if j.key == "missing-module")
 ROW = "#jobs tr[data-job]"
+NODE_STATUS = NodeDocument.model_fields["status"].annotation
 STATES_OF_A_SUCCESS = ["submitted", "queued", "scheduled", "starting", "running", "finishing",
                        "succeeded"]  # fmt: skip
 
@@ -543,7 +545,8 @@ def test_every_page_meets_wcag_aa_contrast_in_light_and_dark(console: Console) -
     assert [(f["ratio"], f["need"]) for f in probe] == [(2.93, 4.5)], probe
     driver.execute_script("document.getElementById('probe').remove()")
     states = a11y.add_status_swatches(driver)
-    assert {"submitted", "running", "failed", "lost_contact", "silent"} <= set(states), states
+    every = {*JOB_STATUSES, *get_args(AttemptStatus), *get_args(NODE_STATUS)}
+    assert every - set(states) == set(), "a state the stylesheet gives no colour"
     assert_aa_contrast(console, "the job list with a pill of every state")
     for path, ready, shot in (
         (f"/console/jobs/{failed}", "#explain .h", ""),

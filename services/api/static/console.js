@@ -63,7 +63,7 @@ const GL = (() => {
     return node;
   }
 
-  const colour = (state) => `--c: var(--s-${state}, #7b8798)`;
+  const colour = (state) => `--c: var(--s-${state}, var(--s-other))`;
   const label = (state) => LABELS[state] || state;
 
   function pill(state, big = false) {
