@@ -11,6 +11,7 @@ import pytest
 from cloudevents.core.base import BaseCloudEvent
 from cloudevents.core.bindings.kafka import KafkaMessage, from_binary
 from cloudevents.core.formats.json import JSONFormat
+from gridledger_client.cloudevents import CloudEvent, NotACloudEventError
 
 from schemas import codec
 from schemas.events import Event
@@ -44,6 +45,16 @@ def assert_is_the_event(cloudevent: BaseCloudEvent, event: Event) -> None:
     assert isinstance(data, bytes) and codec.decode(data) == event, "the value is the Avro record"
 
 
+def assert_the_client_reads_the_same(raw: Any, cloudevent: BaseCloudEvent) -> None:
+    """gridledger_client's reading of the headers agrees with the SDK's."""
+    ours = CloudEvent.from_headers(raw.headers)
+    assert (ours.specversion, ours.id, ours.source, ours.type, ours.subject, ours.time) == (
+        cloudevent.get_specversion(), cloudevent.get_id(), cloudevent.get_source(),
+        cloudevent.get_type(), cloudevent.get_subject(), cloudevent.get_time(),
+    )  # fmt: skip
+    assert ours.datacontenttype == cloudevent.get_datacontenttype()
+
+
 async def records(ledger: Ledger, *suffixes: str) -> dict[str, Any]:
     """Every record of the topics, by the event id its value holds."""
     out = {}
@@ -75,7 +86,11 @@ async def test_appended_and_spooled_events_are_cloudevents_on_the_broker(
     assert len(on_broker) == len(appended) + len(spooled)
     assert {type(e).__name__ for e in spooled} >= {"ComputeHeld", "ProcessExited", "LogChunk"}
     for event in [*appended, *spooled]:
-        assert_is_the_event(as_cloudevent(on_broker[event.event_id]), event)
+        raw = on_broker[event.event_id]
+        assert_is_the_event(as_cloudevent(raw), event)
+        assert_the_client_reads_the_same(raw, as_cloudevent(raw))
+    with pytest.raises(NotACloudEventError, match="missing ce_specversion, ce_id"):
+        CloudEvent.from_headers(views[0].headers)
     # A view is no event: no CloudEvents attribute, only the routing headers.
     assert [name for name, _ in views[0].headers] == [
         codec.HEADER_TYPE,
