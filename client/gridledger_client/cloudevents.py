@@ -6,7 +6,8 @@ a webhook delivery's body is the same event in structured mode, JSON with ``data
 The attributes: ``ce_specversion`` (1.0), ``ce_id`` (the event id), ``ce_source``
 (``/gridledger/<producer>``), ``ce_type`` (``gridledger.<Record>``), ``ce_time`` (when it
 happened, RFC 3339), ``ce_subject`` (the job id, or the node id of a node event) and
-``content-type`` (the Avro single-object encoding of the value). Views on the compacted topics are no events and carry none.
+``content-type`` (the Avro single-object encoding of the value). Views on the compacted
+topics are no events and carry none.
 """
 
 from __future__ import annotations
@@ -80,9 +81,7 @@ class CloudEvent:
         ``prefix`` names them as the carrier does (``ce_`` for Kafka headers)."""
         missing = [f"{prefix}{a}" for a in REQUIRED if not attrs.get(a)]
         if missing:
-            raise NotACloudEventError(
-                f"missing {', '.join(missing)} (required by CloudEvents)"
-            )
+            raise NotACloudEventError(f"missing {', '.join(missing)} (required by CloudEvents)")
         if attrs["specversion"] != wire.CE_SPECVERSION.decode():
             raise NotACloudEventError(
                 f"{prefix}specversion {attrs['specversion'][:20]!r} is not "
