@@ -69,7 +69,10 @@ class Notary:
         self.pending: dict[Partition, list[tuple[int, str]]] = {}
         self.waiting_since: dict[Partition, float] = {}
         self.unstored: list[Seal] = []
-        """Seals on the topic the store has not taken yet (an outage): retried each round."""
+        """Seals on the topic the store has not taken yet (an outage): retried with the
+        reconnect backoff, in order."""
+        self._store_attempt = 0
+        self._store_retry_at = 0.0
         self.consumer: Any = None
         self.ready = asyncio.Event()
         self.seals = 0
@@ -238,17 +241,38 @@ class Notary:
         return seal
 
     async def _store(self, seal: Seal) -> None:
+        """Store a seal, or keep it for later while the store fails (sealing goes on)."""
+        if self.unstored:
+            if seal not in self.unstored:
+                self.unstored.append(seal)  # behind the ones waiting already
+            return
         try:
             await asyncio.to_thread(self.store.put, seal)
         except ObjectStoreError as exc:
             log.warning("seal of %s not stored yet, will retry: %s", seal.where, exc)
-            if seal not in self.unstored:
-                self.unstored.append(seal)
+            self.unstored.append(seal)
+            self._store_retry_at = time.monotonic()
 
     async def _store_unstored(self) -> None:
-        waiting, self.unstored = self.unstored, []
-        for seal in waiting:
-            await self._store(seal)
+        """Store the waiting seals once the backoff allows another try."""
+        if not self.unstored or time.monotonic() < self._store_retry_at:
+            return
+        while self.unstored:
+            try:
+                await asyncio.to_thread(self.store.put, self.unstored[0])
+            except ObjectStoreError as exc:
+                delay = self.settings.reconnect_backoff().delay(self._store_attempt)
+                self._store_attempt += 1
+                self._store_retry_at = time.monotonic() + delay
+                log.warning(
+                    "%d seal(s) not stored yet, next try in %.1f s: %s",
+                    len(self.unstored),
+                    delay,
+                    exc,
+                )
+                return
+            self.unstored.pop(0)
+        self._store_attempt = 0
 
     async def _close_consumer(self) -> None:
         consumer, self.consumer = self.consumer, None
