@@ -36,7 +36,7 @@ OpsPort = int | Literal["auto"]
 
 DEFAULT_FLEET = Path(__file__).with_name("fleet.yaml")
 """The fleet ``gridledger run`` supervises without ``--fleet``: sink, api, scheduler,
-processors, notary and one agent with the declared inventory beside it. Package data, so it is
+processors, notary, webhooks and one agent with the declared inventory beside it. Package data, so it is
 there wherever gridledger is installed."""
 
 
