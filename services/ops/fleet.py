@@ -36,8 +36,8 @@ OpsPort = int | Literal["auto"]
 
 DEFAULT_FLEET = Path(__file__).with_name("fleet.yaml")
 """The fleet ``gridledger run`` supervises without ``--fleet``: sink, api, scheduler,
-processors, notary, webhooks and one agent with the declared inventory beside it. Package data, so it is
-there wherever gridledger is installed."""
+processors, notary, webhooks and one agent with the declared inventory beside it. Package
+data, so it is there wherever gridledger is installed."""
 
 
 class FleetError(GridledgerError):
