@@ -289,6 +289,8 @@ class Settings(BaseSettings):
     webhooks_backoff_initial_s: float = Field(1.0, gt=0)
     webhooks_backoff_cap_s: float = Field(600.0, gt=0)
     """A failing subscription's next try: capped exponential backoff between these."""
+    webhooks_max_pending: int = Field(10_000, ge=1)
+    """Events one subscription may have waiting; one more disables it, with the reason."""
     webhooks_log_keep: int = Field(100, ge=1, le=10_000)
     """Delivery attempts kept per subscription (the newest)."""
     webhooks_rotation_overlap_s: int = Field(24 * 3600, ge=0)

@@ -264,6 +264,15 @@ class WebhookService:
                 if subscribers:
                     body = json.dumps(cloudevent(event), separators=(",", ":"), sort_keys=True)
                     rows += [(s, event.event_id, event.type, body, now) for s in subscribers]
+            rows, overflowing = await self._within_bound(conn, rows)
+            for sid in overflowing:
+                cap = self.settings.webhooks_max_pending
+                await self._disable(
+                    conn,
+                    sid,
+                    f"{cap} events were waiting for it, the most one webhook may queue (its "
+                    "receiver takes them slower than they come)",
+                )
             await conn.executemany(
                 "INSERT INTO webhook_outbox (subscription_id, event_id, event_type, body,"
                 " enqueued_at) VALUES ($1, $2, $3, $4, $5)"
@@ -274,6 +283,30 @@ class WebhookService:
         self.positions.update(offsets)
         if rows:
             self._queued.set()
+
+    async def _within_bound(
+        self, conn: asyncpg.Connection, rows: list[tuple[Any, ...]]
+    ) -> tuple[list[tuple[Any, ...]], set[str]]:
+        """The rows that keep every subscription's queue within ``webhooks_max_pending``, and
+        the subscriptions that would pass it (they are disabled, nothing more is queued)."""
+        if not rows:
+            return rows, set()
+        queued = {
+            r["subscription_id"]: r["n"]
+            for r in await conn.fetch(
+                "SELECT subscription_id, count(*) AS n FROM webhook_outbox"
+                " WHERE subscription_id = ANY($1) GROUP BY subscription_id",
+                sorted({row[0] for row in rows}),
+            )
+        }
+        kept, overflowing = [], set()
+        for row in rows:
+            if queued.get(row[0], 0) >= self.settings.webhooks_max_pending:
+                overflowing.add(row[0])
+            elif row[0] not in overflowing:
+                queued[row[0]] = queued.get(row[0], 0) + 1
+                kept.append(row)
+        return kept, overflowing
 
     # ----------------------------------------------------------------------- deliver
 
@@ -320,7 +353,7 @@ class WebhookService:
             try:
                 secrets = store.signing_secrets(self.key, sub, datetime.now(UTC))
             except secretstore.SecretOpenError as exc:
-                await self._disable(sid, f"its signing secret does not open ({exc})")
+                await self._disable(self.pool, sid, f"its signing secret does not open ({exc})")
                 return
             for item in queued:
                 attempt = await post(
@@ -384,18 +417,21 @@ class WebhookService:
         log.info("webhook %s: %s failed (%s)", sid, item["event_id"], attempt.error)
         if failures >= self.settings.webhooks_disable_after:
             await self._disable(
+                self.pool,
                 sid,
                 f"{failures} deliveries in a row failed, the last at {now.isoformat()}: "
                 f"{attempt.error}",
             )
         return False
 
-    async def _disable(self, sid: str, why: str) -> None:
+    async def _disable(self, where: asyncpg.Pool | asyncpg.Connection, sid: str, why: str) -> None:
+        """Disable the subscription, saying why and what to do, for ``webhooks list``."""
         reason = (
-            f"disabled: {why}. Fix the receiver, then `gridledger webhooks enable {sid}`: "
-            "the events queued meanwhile are delivered then"
+            f"disabled: {why}. Events from now on are not queued for it. Fix the receiver, "
+            f"then `gridledger webhooks enable {sid}`: the events queued before are delivered "
+            "then (`gridledger history JOB` shows every event of a job)"
         )
-        await self.pool.execute(
+        await where.execute(
             "UPDATE webhook_subscriptions SET enabled = false, disabled_at = now(),"
             " disabled_reason = $2 WHERE id = $1",
             sid,

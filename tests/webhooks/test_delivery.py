@@ -142,14 +142,18 @@ async def test_a_receiver_killed_mid_stream_gets_every_event_with_stable_ids(
     assert listed["enabled"] and listed["pending"] == 0 and listed["consecutive_failures"] == 0
 
 
-async def test_a_hanging_receiver_holds_up_only_its_own_webhook(hooks: Hooks) -> None:
+async def test_a_hanging_receiver_holds_up_only_its_own_webhook_and_a_bounded_queue(
+    hooks: Hooks,
+) -> None:
     hooks.receiver.hanging = {"/slow"}
     slow = await hooks.add(hooks.receiver.url("/slow"), ["JobSubmitted"], OTHER_TOKEN)
     await hooks.add(hooks.receiver.url("/dev"), ["JobSubmitted", "JobSucceeded"])
-    await hooks.start_service(webhooks_timeout_s=60)
+    await hooks.start_service(webhooks_timeout_s=60, webhooks_max_pending=2)
     theirs = [run_facts(f"job-wh-slow-{n}", tenant="other").job_events[0] for n in range(3)]
     mine = run_facts("job-wh-fast").job_events
-    await hooks.ledger.append_many([*theirs, *mine])
+    await hooks.ledger.append(theirs[0])
+    await eventually(lambda: hooks.receiver.bodies("/slow"), "the other's first request")
+    await hooks.ledger.append_many([*theirs[1:], *mine])
 
     expected = ids(mine, {"JobSubmitted", "JobSucceeded"})
     await eventually(
@@ -159,7 +163,15 @@ async def test_a_hanging_receiver_holds_up_only_its_own_webhook(hooks: Hooks) ->
     assert len(hooks.receiver.bodies("/slow")) == 1  # its first request, still open
     still = await hooks.get(f"/v1/webhooks/{slow['id']}/deliveries", OTHER_TOKEN)
     assert still["deliveries"] == []
-    assert (await hooks.get("/v1/webhooks", OTHER_TOKEN))["webhooks"][0]["pending"] == 3
+
+    # Its queue is bounded: the third event would pass webhooks_max_pending (2).
+    async def bounded() -> dict[str, Any] | None:
+        (found,) = (await hooks.get("/v1/webhooks", OTHER_TOKEN))["webhooks"]
+        return None if found["enabled"] else dict(found)
+
+    listed = await eventually(bounded, "the other's webhook disabled by its queue's bound")
+    assert listed["pending"] == 2
+    assert "2 events were waiting for it" in listed["disabled_reason"]
 
 
 async def test_a_failing_subscription_is_disabled_with_its_reason_and_enabled_again(
