@@ -16,6 +16,7 @@ from services.cli import render
 from services.cli.client import ApiClient, ApiError
 from services.cli.exits import CliError, Exit
 from services.cli.explain import STATUS_LINES, explain
+from services.cli.logs import Printer, follow_log
 from services.cli.options import (
     Connection,
     Deadline,
@@ -54,6 +55,12 @@ def refused(out: Output, file: str, body: dict[str, Any]) -> int:
 @click.option(
     "--wait", "wait_end", is_flag=True, help="Wait until the job ends; exit 0 if it succeeded."
 )
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Print the job's logs as `logs -f` does until it ends, then exit with its exit code.",
+)
 @click.option("--idempotency-key", help="Submitting again with the same key returns the same job.")
 @click.option(
     "--dry-run",
@@ -69,6 +76,7 @@ def submit(
     out: Output,
     file: str,
     wait_end: bool,
+    follow: bool,
     idempotency_key: str | None,
     dry_run: bool,
     deadline: Deadline,
@@ -77,6 +85,14 @@ def submit(
 
     Prints the job id. An impossible job is rejected here, with the numbers.
     `gridledger validate FILE` checks a spec offline.
+
+    With -f the job's output follows (stdout to stdout, stderr to stderr,
+    resumed after a dropped connection), then what happened is printed to
+    stderr and the exit code is the job's: 0 when it succeeded, its process's
+    exit code when it ended with one, 128 + N when signal N killed it;
+    otherwise (rejected, cancelled, lost, succeeded_with_errors) 1. The
+    CLI's own codes stand for the rest: 9 when --timeout passed first (the
+    job goes on), 3 for a refused spec, 5 when the API is away.
     """
     with click.open_file(file, "rb") as stream:
         body = stream.read()
@@ -99,6 +115,8 @@ def submit(
         out.emit(checked, _dry_run_text)
         return Exit.OK if checked["would"] == "queue" else Exit.JOB_FAILED
     job_id = created["job_id"]
+    if follow:
+        return _follow_to_end(api, job_id, out, deadline)
     if not wait_end:
         # The pre-flight fit runs within milliseconds of the submit: wait for it briefly so
         # an impossible job is reported here, with its numbers, not on a later status call.
@@ -116,6 +134,50 @@ def submit(
     job = wait(api, job_id, quiet=out.machine, deadline=deadline)
     out.emit(job, explain)
     return Exit.OK if job.get("status") == "succeeded" else Exit.JOB_FAILED
+
+
+def _follow_to_end(api: ApiClient, job_id: str, out: Output, deadline: Deadline) -> int:
+    """``submit -f``: the job's logs until it ends, then its explanation and its exit code."""
+    if not out.machine:
+        click.echo(f"submitted {render.bold(job_id)}", err=True)
+    _recorded(api, job_id, deadline)
+    follow_log(api, job_id, [("follow", "true")], Printer(out), deadline)
+    job: dict[str, Any] = api.get(f"/v1/jobs/{job_id}")
+    if out.machine:
+        out.emit(job)
+    else:
+        click.echo(explain(job), err=True)
+    return job_exit_code(job)
+
+
+def job_exit_code(job: dict[str, Any]) -> int:
+    """What ``submit -f`` exits with: 0 for a job that succeeded, the exit code of the process
+    that ended a failed job (128 + N for signal N), else :data:`Exit.JOB_FAILED`."""
+    if job.get("status") == "succeeded":
+        return Exit.OK
+    last = (job.get("attempts") or [{}])[-1]
+    if job.get("status") == "failed":
+        if last.get("exit_code"):
+            return int(last["exit_code"]) & 0xFF or Exit.JOB_FAILED
+        if last.get("signal"):
+            return 128 + int(last["signal"])
+    return Exit.JOB_FAILED
+
+
+def _recorded(api: ApiClient, job_id: str, deadline: Deadline, within_s: float = 30.0) -> None:
+    """Wait until the API knows the new job (the sink may lag the submit): its logs are a 404
+    before."""
+    began = time.monotonic()
+    while True:
+        try:
+            api.get(f"/v1/jobs/{job_id}")
+        except ApiError as exc:
+            if exc.status != 404 or time.monotonic() - began > within_s:
+                raise
+        else:
+            return
+        deadline.check("not recorded", job_id)
+        time.sleep(0.2)
 
 
 def _dry_run_text(checked: dict[str, Any]) -> str:

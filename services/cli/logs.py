@@ -98,7 +98,7 @@ def logs(
     ):
         if value is not None:
             query.append((name, str(value)))
-    status = follow_log(api, job, query, _Printer(out, timestamps), deadline)
+    status = follow_log(api, job, query, Printer(out, timestamps), deadline)
     if follow and not out.machine:
         click.echo(render.dim(f"[job {status}]"), err=True)
     return Exit.OK
@@ -115,7 +115,7 @@ def follow_log(
     api: ApiClient,
     job: str,
     query: list[tuple[str, str]],
-    printer: _Printer,
+    printer: Printer,
     deadline: Deadline,
 ) -> str | None:
     """Print the job's log from ``GET /v1/jobs/JOB/logs`` (NDJSON) until its end line; the job's
@@ -186,15 +186,16 @@ def _check_attempt(doc: dict[str, Any], attempt: int, follow: bool) -> None:
     )
 
 
-class _Printer:
+class Printer:
     """Writes chunks as they come: raw text per stream, or one document per chunk."""
 
-    def __init__(self, out: Output, timestamps: bool) -> None:
+    def __init__(self, out: Output, timestamps: bool = False) -> None:
         self.out = out
         self.timestamps = timestamps
         self.at_line_start: dict[str, bool] = {}
 
     def chunk(self, item: dict[str, Any]) -> None:
+        """Print one chunk of the NDJSON log stream."""
         if self.out.machine:
             click.echo(self.out.line(item))
             return

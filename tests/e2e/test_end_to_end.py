@@ -8,11 +8,13 @@ what a user sees for one job, and that ``replay --verify`` agrees afterwards.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,11 +43,15 @@ class Run:
     def accounting(self, key: str) -> dict[str, Any]:
         return self.demo.client_for(key).get(f"/v1/jobs/{self.result.ids[key]}/accounting")
 
+    @property
+    def env(self) -> dict[str, str]:
+        """What the CLI needs to talk to this run's API."""
+        return {**os.environ, **settings_env(self.settings), "NO_COLOR": "1"}
+
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, **settings_env(self.settings), "NO_COLOR": "1"}
         return subprocess.run(
             [sys.executable, "-m", "services.cli.main", *args],
-            env=env,
+            env=self.env,
             capture_output=True,
             text=True,
             timeout=300,
@@ -207,3 +213,36 @@ def test_outputs_live_in_the_object_store_and_a_refused_upload_names_the_stores_
     # The store itself refused the revoked credential of the upload-fails job's tenant.
     summary = run.doc("upload-fails")["failure"]["summary"]
     assert "report.txt" in summary and "InvalidAccessKeyId" in summary
+
+
+def test_submit_follow_prints_the_log_and_exits_with_the_jobs_code(
+    run: Run, tmp_path: Path
+) -> None:
+    following = {}
+    for code in (0, 3):  # both at once: each waits for its container
+        spec = tmp_path / f"exit-{code}.json"
+        spec.write_text(
+            json.dumps(
+                {
+                    "name": f"follow-exit-{code}",
+                    "image": "gridledger/busybox:latest",
+                    "command": ["sh", "-c", f"echo first line; echo to stderr >&2; exit {code}"],
+                    "resources": {"gpus": 1, "memory_gb": 1},
+                    "retry": {"max_attempts": 1},
+                }
+            )
+        )
+        following[code] = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", "submit", "-f", str(spec)]
+            + ["--timeout", "240"],
+            env=run.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    for code, process in following.items():
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == code, out + err
+        assert out == "first line\n"
+        assert "to stderr\n" in err
+        assert ("succeeded" if code == 0 else "exited with code 3") in err, err
