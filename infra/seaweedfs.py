@@ -1,10 +1,8 @@
 """The local S3-compatible object store: SeaweedFS's ``weed server -s3`` (Apache-2.0).
 
-SeaweedFS is a Go module with ``replace`` directives, so ``go install`` refuses
-it; ``go mod download -json`` of the pinned version, a writable copy of its
-``Dir`` and ``go build ./weed`` inside it works. The binary is built once into
-``<home>/bin/weed`` (a stamp file names the version it was built from) and
-reused by every later ``dev up``; the source copy is deleted afterwards.
+The binary is built once into ``<home>/bin/weed`` (:mod:`infra.weed`, which
+``infra/setup.sh`` starts first, in the background) and reused by every later
+``dev up``.
 
 Layout under ``<home>/seaweedfs``: ``data/`` (volumes, filer and master
 metadata), ``s3.json`` (the S3 identities, derived from the credentials file)
@@ -25,17 +23,12 @@ import dataclasses
 import json
 import os
 import secrets
-import shutil
-import subprocess
-import tempfile
 import time
-import urllib.request
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra import processes, tokens
+from infra import processes, tokens, weed
 from infra.status import ComponentStatus
 from schemas.errors import StackError
 from services import objectstore
@@ -43,14 +36,6 @@ from services.objectstore import Credential, CredentialsFile, ObjectStoreError, 
 from services.private_files import write_private
 from services.settings import Settings
 
-MODULE = "github.com/seaweedfs/seaweedfs"
-VERSION = "v0.0.0-20261109003541-7506e5f91cd6"
-GO_MIN = (1, 21)
-"""Oldest Go that fetches the toolchain SeaweedFS's go.mod asks for by itself (GOTOOLCHAIN)."""
-GO_TOOLCHAIN = "go1.26.8"
-"""Toolchain fetched from the Go module proxy when no usable ``go`` is installed
-(Debian 12 ships Go 1.19); SeaweedFS at :data:`VERSION` needs Go >= 1.26.6."""
-BUILD_TIMEOUT_S = 3600
 VOLUME_SIZE_MB = 1024
 """Volumes are small (SeaweedFS's default is 30 GB each, seven per bucket)."""
 
@@ -79,7 +64,7 @@ class SeaweedPaths:
             pid_file=root / "weed.pid",
             log=settings.logs_dir / "seaweedfs.log",
             binary=binary,
-            stamp=binary.with_name("weed.version"),
+            stamp=weed.stamp_of(binary),
         )
 
 
@@ -108,128 +93,19 @@ class Ports:
 
 
 def binary_cached(settings: Settings) -> bool:
-    """Whether the pinned version of the binary is already in the home (no download needed)."""
-    paths = SeaweedPaths.of(settings)
-    try:
-        return os.access(paths.binary, os.X_OK) and paths.stamp.read_text().strip() == VERSION
-    except OSError:
-        return False
-
-
-def _go_version(go: str) -> tuple[int, int] | None:
-    try:
-        out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, timeout=60)
-    except OSError:
-        return None
-    parts = out.stdout.strip().removeprefix("go").split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (ValueError, IndexError):
-        return None
-
-
-def _proxy() -> str:
-    first = os.environ.get("GOPROXY", "https://proxy.golang.org").split(",")[0].split("|")[0]
-    return first if first.startswith("http") else "https://proxy.golang.org"
-
-
-def find_go(settings: Settings) -> str:
-    """A ``go`` new enough to build SeaweedFS; fetch the toolchain module when there is none.
-
-    The toolchain comes from the Go module proxy as the module
-    ``golang.org/toolchain`` (what ``go`` itself does with ``GOTOOLCHAIN``).
-    """
-    fetched = settings.home / "toolchain" / GO_TOOLCHAIN / "bin" / "go"
-    for go in (shutil.which("go"), "/usr/local/go/bin/go", str(fetched)):
-        if go and os.access(go, os.X_OK) and (_go_version(go) or (0, 0)) >= GO_MIN:
-            return go
-    return fetch_toolchain(settings)
-
-
-def fetch_toolchain(settings: Settings) -> str:
-    """Download :data:`GO_TOOLCHAIN` from the Go module proxy into ``<home>/toolchain``."""
-    fetched = settings.home / "toolchain" / GO_TOOLCHAIN / "bin" / "go"
-    version = f"v0.0.1-{GO_TOOLCHAIN}.linux-amd64"
-    url = f"{_proxy()}/golang.org/toolchain/@v/{version}.zip"
-    target = fetched.parent.parent
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-            archive = Path(scratch) / "toolchain.zip"
-            with urllib.request.urlopen(url, timeout=120) as reply, archive.open("wb") as out:
-                shutil.copyfileobj(reply, out)
-            with zipfile.ZipFile(archive) as z:
-                z.extractall(scratch)
-            inner = Path(scratch) / f"golang.org/toolchain@{version}"
-            for tool in (inner / "bin").iterdir():
-                tool.chmod(0o755)
-            for tool in (inner / "pkg" / "tool").rglob("*"):
-                if tool.is_file():
-                    tool.chmod(0o755)
-            shutil.rmtree(target, ignore_errors=True)
-            inner.rename(target)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise StackError(
-            f"no Go >= {GO_MIN[0]}.{GO_MIN[1]} is installed and fetching {url} failed: {exc}; "
-            "install Go (https://go.dev/dl) or make the Go module proxy reachable"
-        ) from exc
-    return str(fetched)
-
-
-def _run(args: list[str], cwd: Path, env: dict[str, str], what: str, log: Path) -> str:
-    with open(log, "ab") as out:
-        out.write(f"\n$ {' '.join(args)}  (in {cwd})\n".encode())
-    result = subprocess.run(
-        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
-    )
-    with open(log, "ab") as out:
-        out.write((result.stderr or "").encode())
-    if result.returncode != 0:
-        raise StackError(
-            f"{what} failed (exit {result.returncode}); see {log}:\n"
-            f"{(result.stdout + result.stderr).strip()[-3000:]}"
-        )
-    return result.stdout
+    """Whether the pinned version of the binary is already in the home (no build needed)."""
+    return weed.cached(SeaweedPaths.of(settings).binary)
 
 
 def build_binary(settings: Settings) -> bool:
-    """Build ``<home>/bin/weed`` from the pinned module version. False when already cached."""
-    paths = SeaweedPaths.of(settings)
-    if binary_cached(settings):
-        return False
-    go = find_go(settings)
-    settings.logs_dir.mkdir(parents=True, exist_ok=True)
-    log = settings.logs_dir / "seaweedfs-build.log"
-    paths.binary.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "GOTOOLCHAIN": "auto", "GOFLAGS": "-mod=mod"}
-    with tempfile.TemporaryDirectory(prefix="weed-build-", dir=paths.binary.parent) as scratch:
-        listing = _run(
-            [go, "mod", "download", "-json", f"{MODULE}@{VERSION}"],
-            Path(scratch),
-            env,
-            f"go mod download {MODULE}@{VERSION}",
-            log,
+    """Make ``<home>/bin/weed`` the pinned version (:func:`infra.weed.build`: waits for a
+    build ``infra/setup.sh`` started). False when it was there already."""
+    try:
+        return weed.build(
+            SeaweedPaths.of(settings).binary, settings.logs_dir / "seaweedfs-build.log"
         )
-        try:
-            module_dir = Path(json.loads(listing)["Dir"])
-        except (json.JSONDecodeError, KeyError) as exc:
-            raise StackError(
-                f"`go mod download -json` printed no module Dir: {listing[-500:]}"
-            ) from exc
-        source = Path(scratch) / "src"
-        # The module cache is read-only; the build writes into the module tree.
-        shutil.copytree(module_dir, source, symlinks=True)
-        for folder, _, files in os.walk(source):
-            os.chmod(folder, 0o755)
-            for name in files:
-                path = Path(folder) / name
-                if not path.is_symlink():
-                    path.chmod(path.stat().st_mode | 0o200)
-        partial = paths.binary.with_name("weed.partial")
-        _run([go, "build", "-o", str(partial), "./weed"], source, env, "go build ./weed", log)
-        partial.replace(paths.binary)
-    paths.stamp.write_text(VERSION + "\n")
-    return True
+    except weed.BuildError as exc:
+        raise StackError(str(exc)) from exc
 
 
 # ---------------------------------------------------------------------- credentials

@@ -5,6 +5,21 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DEBIAN_FRONTEND=noninteractive
 
+# The object store's binary takes minutes to compile: its build starts first, in the
+# background, beside the Debian packages, the venv and the images. infra/weed.py needs only
+# python3 (before the venv exists); `dev up` waits for the build, or does it when it failed
+# (the reason is in <home>/logs/seaweedfs-build.log either way).
+store_build_started=false
+start_store_build() {
+  local home=${GRIDLEDGER_HOME:-${PWD}/.gridledger}
+  if [[ ${store_build_started} == false ]] && command -v python3 >/dev/null 2>&1; then
+    mkdir -p "${home}/logs"
+    nohup python3 infra/weed.py --home "${home}" >> "${home}/logs/seaweedfs-build.log" 2>&1 &
+    store_build_started=true
+  fi
+}
+start_store_build
+
 # docker-compose: `docker-compose config` validates docker-compose.yml (tests, .ci/run).
 # Go is not a package here (Debian 12 ships 1.19): `dev up` uses an installed Go >= 1.21
 # or fetches the toolchain from the Go module proxy to build SeaweedFS (infra/seaweedfs.py).
@@ -26,6 +41,7 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   echo "installing ${missing[*]}"
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+  start_store_build  # when python3 came with these packages
 fi
 
 # The venv is reinstalled only when a pyproject.toml changed since the last install.
