@@ -57,7 +57,7 @@ if [[ ! -f ${stamp} || $(cat "${stamp}") != "${want}" ]]; then
   .venv/bin/python -m pip install -q -e ./client -e '.[dev,bench]'
   # The wheels a fresh venv installs the client from, offline (tests/client/test_clean_venv.py):
   # its dependencies and its build backend (flit_core, client/pyproject.toml).
-  .venv/bin/python -m pip wheel -q -w "${GRIDLEDGER_WHEELHOUSE:-${HOME}/.cache/gridledger/wheels}" \
+  .venv/bin/python -m pip wheel -q -w "${GRIDLEDGER_CACHE:-${HOME}/.cache/gridledger}/wheels" \
     ./client flit_core
   echo "${want}" > "${stamp}"
 fi

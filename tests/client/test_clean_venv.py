@@ -2,7 +2,7 @@
 server: the example service, run from that venv alone, prints what a job's events ask for.
 
 The venv installs offline from the wheelhouse that ``infra/setup.sh`` fills
-(``GRIDLEDGER_WHEELHOUSE``, default ``~/.cache/gridledger/wheels``): the client's
+(``wheels/`` of the cache folder, :func:`infra.weed.cache_dir`): the client's
 dependencies and its build backend, so the test needs no network.
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from infra.weed import cache_dir
 from schemas.views import AccountingRecord
 from services.ledger import Ledger
 from services.settings import Settings
@@ -25,9 +26,7 @@ from tests.sink.scenario import run_facts
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-WHEELHOUSE = Path(
-    os.environ.get("GRIDLEDGER_WHEELHOUSE", Path.home() / ".cache" / "gridledger" / "wheels")
-)
+WHEELHOUSE = cache_dir() / "wheels"
 SERVER = ("faust", "docker", "boto3", "pynvml", "asyncpg", "pydantic", "pydantic_settings",
           "schemas", "services", "projections", "infra", "mode", "botocore")  # fmt: skip
 """Top-level modules of the server and of its own dependencies (mode: faust's)."""
