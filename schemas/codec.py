@@ -59,6 +59,33 @@ def registry() -> wire.Registry:
     return wire.Registry(writers, readers)
 
 
+@cache
+def _sources() -> dict[str, dict[int, dict[str, Any]]]:
+    """Every schema a writer may have used, as stored: record name -> version -> schema."""
+    out = {name: dict(versions) for name, versions in stored_schemas().items()}
+    for name, (version, schema) in current_schemas().items():
+        out.setdefault(name, {}).setdefault(version, schema)
+    return out
+
+
+def fingerprint_hex(fp: int) -> str:
+    """A fingerprint as the ``gridledger-schema-fingerprint`` header and exports write it:
+    its 8 little-endian bytes in hex (as they follow ``C3 01`` in a payload)."""
+    return fp.to_bytes(8, "little").hex()
+
+
+def writer_of(data: bytes) -> tuple[int, str, int, dict[str, Any]] | None:
+    """(fingerprint, record name, version, schema) of the schema that wrote ``data``, or
+    None when the payload is no single-object record of a schema this build stores."""
+    if len(data) < 10 or data[:2] != MAGIC:
+        return None
+    fp = int.from_bytes(data[2:10], "little")
+    found = registry().writers.get(fp)
+    if found is None:
+        return None
+    return fp, found.name, found.version, _sources()[found.name][found.version]
+
+
 def check_stored_schemas() -> list[str]:
     """Records whose current model has no identical stored ``.avsc`` (should be empty)."""
     stored = stored_schemas()
@@ -107,7 +134,7 @@ def _record_headers(name: str) -> tuple[list[tuple[str, bytes]], bytes]:
     schema = registry().readers[name]
     return [
         (HEADER_TYPE, schema.name.encode()),
-        (HEADER_FINGERPRINT, schema.fingerprint.to_bytes(8, "little").hex().encode()),
+        (HEADER_FINGERPRINT, fingerprint_hex(schema.fingerprint).encode()),
         (HEADER_CONTENT_TYPE, CONTENT_TYPE),
     ], (CE_TYPE_PREFIX + schema.name).encode()
 

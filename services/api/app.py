@@ -60,6 +60,8 @@ from services.ops.checks import close_checks
 from services.ops.logs import log_context
 from services.ops.server import OpsEndpoints, request_metrics
 from services.ops.wiring import api_endpoints
+from services.replay import export
+from services.replay.offline import fold
 from services.settings import Settings
 from services.sink import db
 
@@ -368,6 +370,9 @@ def _query_problems(exc: ValidationError, most: int = 500) -> list[problems.Prob
             problem = f"unknown status {error.get('input')!s}"
         elif name == "limit":
             fix, problem = f"use a whole number from 1 to {most}", str(error["msg"])
+        elif name == "as_of":
+            fix = "an ISO 8601 time with its zone, 1970 to 9000: 2026-12-01T09:30:00Z"
+            problem = str(error["msg"])
         else:
             fix, problem = "see /openapi.json for the accepted parameters", str(error["msg"])
         out.append(problems.Problem(name, problem, fix))
@@ -375,10 +380,70 @@ def _query_problems(exc: ValidationError, most: int = 500) -> list[problems.Prob
 
 
 async def get_job(request: web.Request) -> web.Response:
-    """GET /v1/jobs/{job_id}: the job's state, attempts, failure and accounting summary."""
+    """GET /v1/jobs/{job_id}: the job's state, attempts, failure and accounting summary
+    (``?as_of=``: as the ledger knew them then)."""
+    document = await _job_document(request)
+    return web.json_response(document, dumps=_json_text)
+
+
+async def _job_document(request: web.Request) -> dict[str, Any]:
+    """The job document of the request's job: live from the read models, or with
+    ``?as_of=TIME`` folded from the job's records the ledger held at TIME
+    (:func:`services.replay.export.as_of`)."""
+    try:
+        moment = m.AsOfQuery.model_validate(_query(request)).as_of
+    except ValidationError as exc:
+        raise web.HTTPUnprocessableEntity(
+            text=json.dumps(problems.refusal(422, "invalid_query", _query_problems(exc))),
+            content_type=errors.PROBLEM_JSON,
+        ) from exc
     row = await _own_job(request)
-    record = await queries.accounting(request.app[POOL], row["job_id"])
-    return web.json_response(queries.job_document(row, record), dumps=_json_text)
+    if moment is None:
+        record = await queries.accounting(request.app[POOL], row["job_id"])
+        return queries.job_document(row, record)
+    records = await export.read_job(request.app[LEDGER], row["job_id"])
+    history, ticks = export.as_of(records, moment)
+    if not history:
+        first = min((export.ledger_time(r) for r in records), default=None)
+        raise errors.not_found(
+            f"job {row['job_id']} was not on the ledger yet at {moment.isoformat()}"
+            + (f"; its first record was appended at {first.isoformat()}" if first else "")
+        )
+    folded = fold(history, ticks)
+    document = queries.view_document(
+        folded.view.model_dump(mode="json"), folded.accounting.model_dump(mode="json")
+    )
+    return {**document, "as_of": moment.isoformat()}
+
+
+async def export_job(request: web.Request) -> web.Response:
+    """GET /v1/jobs/{job_id}/export: the job's history as a self-describing file, with the
+    live views (``gridledger history JOB -o json``; ``replay --file`` refolds it)."""
+    row = await _own_job(request)
+    pool, job_id = request.app[POOL], row["job_id"]
+    records = await export.read_job(request.app[LEDGER], job_id)
+    row = await _caught_up(pool, row, export.job_events_in(records))
+    schemas: dict[str, dict[str, Any]] = {}
+    job = export.job_export(
+        job_id, records, queries.view_of(row), await queries.accounting(pool, job_id), schemas
+    )
+    body = export.document([job], schemas, datetime.now(UTC))
+    return web.json_response(body, dumps=_json_text)
+
+
+EXPORT_CATCH_UP_S = 5.0
+"""How long an export waits for the read models to fold the records it read."""
+
+
+async def _caught_up(pool: asyncpg.Pool, row: asyncpg.Record, events: int) -> asyncpg.Record:
+    """The job's row once the sink has folded ``events`` distinct job events (or, after
+    :data:`EXPORT_CATCH_UP_S`, as it is: the replay then shows the lag as a difference)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + EXPORT_CATCH_UP_S
+    while queries.view_of(row).get("event_count", 0) < events and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+        row = await queries.job_row(pool, row["tenant"], row["job_id"]) or row
+    return row
 
 
 async def get_events(request: web.Request) -> web.Response:
@@ -389,12 +454,14 @@ async def get_events(request: web.Request) -> web.Response:
 
 
 async def get_explanation(request: web.Request) -> web.Response:
-    """The text ``gridledger explain`` prints, made by the same function, without colour."""
-    row = await _own_job(request)
-    record = await queries.accounting(request.app[POOL], row["job_id"])
-    document = queries.job_document(row, record)
-    text = ANSI.sub("", explain(json.loads(_json_text(document))))
-    return web.json_response({"job_id": row["job_id"], "status": row["status"], "text": text})
+    """The text ``gridledger explain`` prints, made by the same function, without colour
+    (``?as_of=``: of the job as the ledger knew it then)."""
+    document = json.loads(_json_text(await _job_document(request)))
+    text = ANSI.sub("", explain(document))
+    body = {"job_id": document["job_id"], "status": document["status"], "text": text}
+    if document.get("as_of"):
+        body["as_of"] = document["as_of"]
+    return web.json_response(body)
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -776,6 +843,7 @@ UNAVAILABLE = Reply(
 )
 _BAD_BODY = "the body is not JSON or YAML, is nested too deep or has a too long number"
 TOO_LARGE = Reply("the body is larger than the limit", m.Problems)
+INVALID_AS_OF = Reply("as_of is not a time with its zone between 1970 and 9000", m.Problems)
 INVALID_SPEC = Reply("the spec is invalid: each field, the problem and the fix", m.Problems)
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
@@ -849,8 +917,19 @@ OPERATIONS: tuple[Operation, ...] = (
         _JOB,
         get_job,
         "getJob",
-        "The job's view: status, failure, advice, evidence, attempts",
-        {200: Reply("the job", m.JobDocument)},
+        "The job's view: status, failure, advice, evidence, attempts (as_of: as known then)",
+        {200: Reply("the job", m.JobDocument), 422: INVALID_AS_OF},
+        query=m.AsOfQuery,
+    ),
+    Operation(
+        "GET",
+        f"{_JOB}/export",
+        export_job,
+        "exportJobHistory",
+        "The job's history as a self-describing file: every record with its place, schema "
+        "fingerprint and payload, the schemas, and the live views",
+        {200: Reply("the export (`gridledger replay --file` refolds it)", m.HistoryExport)},
+        tags=("audit",),
     ),
     Operation(
         "GET",
@@ -875,7 +954,8 @@ OPERATIONS: tuple[Operation, ...] = (
         get_explanation,
         "explainJob",
         "What happened, why, whose side, what to do next (the text `gridledger explain` prints)",
-        {200: Reply("the explanation", m.Explanation)},
+        {200: Reply("the explanation", m.Explanation), 422: INVALID_AS_OF},
+        query=m.AsOfQuery,
     ),
     Operation(
         "GET",

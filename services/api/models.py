@@ -9,7 +9,7 @@ projections own (``JobView``, ``AccountingRecord``) are reused, not copied.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
@@ -43,6 +43,19 @@ class ListJobsQuery(ApiModel):
         None,
         description="the `next_cursor` of the previous page (opaque); omit for the first page; "
         "any other value is a 400",
+    )
+
+
+class AsOfQuery(ApiModel):
+    """Query of ``GET /v1/jobs/{job_id}`` and ``/explain``: the job as the ledger knew it then."""
+
+    as_of: AwareDatetime | None = Field(
+        None,
+        ge=EARLIEST,
+        le=LATEST,
+        description="fold only the job's records the ledger held at this time (ISO 8601 with "
+        "its zone): job events by the broker's append time, meter ticks by their record time; "
+        "never by occurred_at. Omitted: the live view",
     )
 
 
@@ -302,6 +315,9 @@ class JobDocument(JobView):
     terminal: bool
     accounting: AccountingSummary | None
     links: Links
+    as_of: datetime | None = Field(
+        None, description="set when the document is the job as of that time (`?as_of=`)"
+    )
 
 
 class EventRecord(BaseModel):
@@ -352,6 +368,24 @@ class Explanation(ApiModel):
     job_id: str
     status: JobStatus
     text: str
+    as_of: datetime | None = Field(None, description="set when explained as of that time")
+
+
+class HistoryExport(BaseModel):
+    """A job's history as a self-describing file (README.md, "Auditing without the
+    cluster"): each record on job-events and meter-ticks with topic, partition, offset,
+    record time, schema fingerprint, Avro bytes (base64) and decoded payload; each Avro
+    schema once; the live views at export time. ``gridledger replay --file`` refolds it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["gridledger-history"]
+    format_version: int
+    exported_at: datetime
+    schemas: dict[str, dict[str, Any]] = Field(
+        description="fingerprint (hex, as in the records) -> name, version and the Avro schema"
+    )
+    jobs: list[dict[str, Any]] = Field(description="job_id, records, live (the views)")
 
 
 class Artifact(ApiModel):

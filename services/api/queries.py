@@ -180,14 +180,23 @@ def accounting_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def job_document(row: asyncpg.Record, record: dict[str, Any] | None) -> dict[str, Any]:
     """The JobView of a jobs row for clients, with the accounting summary and links."""
-    view = _json(row["view"])
-    view.pop("applied_event_ids", None)
-    job_id = row["job_id"]
+    return view_document(view_of(row), record)
+
+
+def view_of(row: asyncpg.Record) -> dict[str, Any]:
+    """The stored JobView JSON of a jobs row."""
+    view: dict[str, Any] = _json(row["view"])
+    return view
+
+
+def view_document(view: dict[str, Any], record: dict[str, Any] | None) -> dict[str, Any]:
+    """A JobView's JSON for clients, with the accounting summary and links."""
+    view = {k: v for k, v in view.items() if k != "applied_event_ids"}
     return {
         **view,
         "terminal": view.get("status") in TERMINAL_STATUSES,
         "accounting": accounting_summary(record),
-        "links": links(job_id),
+        "links": links(view["job_id"]),
     }
 
 

@@ -77,6 +77,8 @@ def explain(job: dict[str, Any]) -> str:
         f"{render.bold(job['job_id'])}{name}: {render.status(status)}"
         + (f" after {len(attempts)} attempt(s)" if attempts else "")
     )
+    if job.get("as_of"):
+        lines.append(f"As of {job['as_of']}: what the ledger held then, not what came after.")
     lines.append("")
     failure = job.get("failure")
     summary_text = (failure or {}).get("summary")

@@ -22,10 +22,19 @@ from services.cli.options import (
     Deadline,
     Output,
     api_options,
+    as_of_option,
     complete_job,
+    moment,
     output_options,
     timeout_option,
 )
+
+
+def job_path(job: str, suffix: str = "", as_of: str | None = None) -> str:
+    """The API path of a job's resource, as of a time when one is given."""
+    path = f"/v1/jobs/{urllib.parse.quote(job, safe='')}{suffix}"
+    return path + ("?" + urllib.parse.urlencode({"as_of": as_of}) if as_of else "")
+
 
 # --------------------------------------------------------------------------- submit
 
@@ -286,7 +295,8 @@ def _jobs_table(jobs: list[dict[str, Any]], clock: render.Clock, wide: bool = Fa
 
 def _job_text(job: dict[str, Any], clock: render.Clock) -> str:
     lines = [
-        f"{render.bold(job['job_id'])}  {render.status(job['status'])}",
+        f"{render.bold(job['job_id'])}  {render.status(job['status'])}"
+        + (f"  (as of {clock.stamp(job['as_of'])})" if job.get("as_of") else ""),
         f"  {STATUS_LINES.get(job['status'], '')}",
     ]
     spec = job.get("spec") or {}
@@ -384,6 +394,7 @@ def _more_hint(page: JobPage, statuses: list[str], limit: int) -> str:
     metavar="S",
     help="Seconds between refreshes of --watch.",
 )
+@as_of_option
 @timeout_option
 @api_options
 @output_options
@@ -398,19 +409,22 @@ def status(
     watch: bool,
     interval: float,
     deadline: Deadline,
+    as_of: str | None,
 ) -> int:
     """One job's state, attempts and failure; without JOB, your jobs, newest first.
 
     With --watch, a single job is watched until it ends (exit code as for
     `submit --wait`; 9 when --timeout passed first); a listing is watched until
     Ctrl-C or --timeout (exit 0). With -o json|yaml, --watch prints one document
-    per change.
+    per change. With --as-of, the job as the ledger knew it then.
     """
     api = conn.client
+    if as_of and (not job or watch):
+        raise click.UsageError("--as-of takes one JOB, without --watch")
     if job:
         if watch:
             return watch_job(api, job, out, interval, deadline)
-        out.emit(api.get(f"/v1/jobs/{job}"), lambda j: _job_text(j, out.clock))
+        out.emit(api.get(job_path(job, as_of=as_of)), lambda j: _job_text(j, out.clock))
         return 0
     if watch:
         return watch_jobs(api, out, statuses, None if every else limit, interval, deadline)
@@ -503,11 +517,12 @@ def watch_jobs(
 
 @click.command("explain")
 @click.argument("job", shell_complete=complete_job)
+@as_of_option
 @api_options
 @output_options
-def explain_job(conn: Connection, out: Output, job: str) -> int:
+def explain_job(conn: Connection, out: Output, job: str, as_of: str | None) -> int:
     """What happened to JOB, why, whose side it is on and what to do next."""
-    out.emit(conn.client.get(f"/v1/jobs/{job}"), explain)
+    out.emit(conn.client.get(job_path(job, as_of=as_of)), explain)
     return 0
 
 
@@ -550,13 +565,49 @@ def _history_table(events: list[dict[str, Any]], clock: render.Clock) -> str:
 
 
 @click.command("history")
-@click.argument("job", shell_complete=complete_job)
+@click.argument("jobs", nargs=-1, metavar="[JOB]...", shell_complete=complete_job)
+@click.option("--all", "every", is_flag=True, help="Every job of yours instead of JOB ids.")
+@click.option(
+    "--since",
+    callback=moment,
+    metavar="TIME",
+    help="With --all: only jobs submitted since then (2026-12-01T14:05, 14:05, 2d).",
+)
 @api_options
 @output_options
-def history(conn: Connection, out: Output, job: str) -> int:
-    """Every event of JOB, with the time between them."""
-    events = conn.client.get(f"/v1/jobs/{job}/events")["events"]
-    out.emit(events, lambda e: _history_table(e, out.clock))
+def history(
+    conn: Connection, out: Output, jobs: tuple[str, ...], every: bool, since: str | None
+) -> int:
+    """Every event of JOB, with the time between them.
+
+    With -o json or -o yaml: an export for auditors instead, complete and
+    self-describing: every record of the job on job-events and meter-ticks in ledger
+    order (topic, partition, offset, record time, Avro schema fingerprint, Avro bytes,
+    decoded payload), each schema once, and the live views (job view, classification,
+    decisions, accounting record). Several JOBs (or --all) make one file.
+    `gridledger replay --file FILE` refolds it without the cluster.
+    """
+    if bool(jobs) == every:
+        raise click.UsageError("give JOB ids or --all")
+    if since and not every:
+        raise click.UsageError("--since goes with --all")
+    api = conn.client
+    start = render.parse_time(since)
+    ids = list(jobs) or [
+        j["job_id"]
+        for j in list_jobs(api, [], None).jobs
+        if start is None or (render.parse_time(j.get("submitted_at")) or start) >= start
+    ]
+    if out.machine:
+        from services.replay.export import merge
+
+        out.emit(merge([api.get(job_path(j, "/export")) for j in ids]))
+        return 0
+    for job in ids:
+        events = api.get(job_path(job, "/events"))["events"]
+        if len(ids) > 1:
+            click.echo(render.bold(job))
+        out.emit(events, lambda e: _history_table(e, out.clock))
     return 0
 
 

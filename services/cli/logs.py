@@ -21,20 +21,12 @@ from services.cli.options import (
     Output,
     api_options,
     complete_job,
+    moment,
     output_options,
     timeout_option,
 )
 
 TRUNCATED = "\n[gridledger: log quota reached; later output was dropped]\n"
-
-
-def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return render.parse_since(value, render.Clock(utc=bool(ctx.params.get("utc")))).isoformat()
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 @click.command("logs")
@@ -47,7 +39,7 @@ def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> str
 @click.option(
     "--since",
     metavar="DURATION|TIME",
-    callback=_since,
+    callback=moment,
     help="Only output read since then: 10m, 1h30m, 2d, 14:05, 2026-12-01T14:05[+01:00].",
 )
 @click.option(

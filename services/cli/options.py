@@ -36,7 +36,7 @@ from services.cli import config
 from services.cli.client import ApiClient
 from services.cli.exits import CliError, Exit
 from services.cli.jsonpath import JsonPath, JsonPathError
-from services.cli.render import Clock
+from services.cli.render import Clock, parse_since
 from services.settings import Settings, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -268,6 +268,28 @@ def _timeout(ctx: click.Context, param: click.Parameter, value: str | None) -> D
     if seconds is None or seconds <= 0:
         raise click.BadParameter(f"{value!r} is no duration; use seconds or e.g. 90s, 10m, 1h")
     return Deadline(seconds)
+
+
+def moment(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A time option's value (``10m`` ago, ``14:05``, ``2026-12-01T14:05[+01:00]``) as ISO
+    8601 in UTC; a time without a zone is local, or UTC with ``--utc``."""
+    if value is None:
+        return None
+    try:
+        return parse_since(value, Clock(utc=bool(ctx.params.get("utc")))).isoformat()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def as_of_option(f: F) -> F:
+    """``--as-of TIME`` (``status``, ``explain``): the job as the ledger knew it then."""
+    return click.option(
+        "--as-of",
+        callback=moment,
+        metavar="TIME",
+        help="The job as the ledger knew it then: its events appended (broker time) and meter "
+        "ticks recorded by TIME (2026-12-01T14:05[+01:00], 14:05, or 10m ago).",
+    )(f)
 
 
 def timeout_option(f: F) -> F:

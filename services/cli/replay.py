@@ -1,8 +1,10 @@
-"""``gridledger replay --verify | --job JOB``: rebuild from the ledger and compare (auditors)."""
+"""``gridledger replay --verify | --job JOB | --file FILE``: rebuild from the ledger, or
+from an exported history without the cluster, and compare (auditors)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import click
@@ -15,6 +17,14 @@ from services.settings import load_settings
 @click.command("replay")
 @click.option("--verify", is_flag=True, help="Rebuild everything and compare.")
 @click.option("--job", metavar="JOB", help="Print one job's rebuilt history and decisions.")
+@click.option(
+    "--file",
+    "file",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    metavar="FILE",
+    help="Refold an export of `history JOB -o json` offline and compare with its views "
+    "(- reads stdin).",
+)
 @click.option("--strict", is_flag=True, help="Decision drift also fails --verify.")
 @click.option("--schema", help="Live read-model schema (default: settings.pg_schema).")
 @click.option(
@@ -37,6 +47,7 @@ def replay(
     out: Output,
     verify: bool,
     job: str | None,
+    file: str | None,
     strict: bool,
     schema: str | None,
     catch_up: float,
@@ -45,11 +56,16 @@ def replay(
 ) -> int:
     """Rebuild projections from offset 0 and compare with the live tables.
 
-    Reads Kafka and Postgres directly (not the API). Exactly one of --verify
-    and --job. --verify exits 1 on any difference.
+    --verify and --job read Kafka and Postgres directly (not the API). --file
+    needs neither: it refolds an exported history (state, classification,
+    decisions, accounting) with the same code and compares with the views the
+    file recorded. Exactly one of --verify, --job and --file; --verify and
+    --file exit 1 on any difference.
     """
-    if verify == bool(job):
-        raise click.UsageError("give exactly one of --verify and --job JOB")
+    if sum((verify, bool(job), file is not None)) != 1:
+        raise click.UsageError("give exactly one of --verify, --job JOB and --file FILE")
+    if file is not None:
+        return _file(file, out)
     settings = load_settings()
     if job:
         return asyncio.run(_job(settings, job, out))
@@ -79,6 +95,27 @@ def replay(
         "lines": report.lines(),
     }
     out.emit(payload, lambda _: "\n".join(lines))
+    return 0 if report.ok else 1
+
+
+def _file(path: str, out: Output) -> int:
+    from services.replay.offline import replay_document
+
+    try:
+        with click.open_file(path, "rb") as f:
+            doc = json.load(f)
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot read {path}: {exc.strerror}", param_hint="--file"
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        raise click.BadParameter(f"{path} is not JSON: {exc}", param_hint="--file") from None
+    report = replay_document(doc)
+    lines = [
+        render.paint(line, "32" if report.ok else "31") if line in ("EQUAL", "DIFFERENT") else line
+        for line in report.lines()
+    ]
+    out.emit(report.to_json(), lambda _: "\n".join(lines))
     return 0 if report.ok else 1
 
 

@@ -57,19 +57,24 @@ def implied(history: Sequence[Event]) -> list[Event]:
     return list(decisions.react_all(list(history)))
 
 
+def recorded(history: Sequence[Event]) -> list[Event]:
+    """The decisions ``history`` holds (each once, in log order)."""
+    return [
+        e
+        for e in unique(history)
+        if e.producer in decisions.DECISION_PRODUCERS or e.type in DECISION_TYPES
+    ]
+
+
 def drift_of(job_id: str, history: Sequence[Event]) -> list[DecisionDrift]:
     """The job's derived events recomputed with today's rules, against the recorded ones."""
     expected = {e.event_id: e for e in implied(history)}
-    recorded = {
-        e.event_id: e
-        for e in unique(history)
-        if e.producer in decisions.DECISION_PRODUCERS or e.type in DECISION_TYPES
-    }
+    found = {e.event_id: e for e in recorded(history)}
     out: list[DecisionDrift] = []
     for event_id, event in expected.items():
-        if event_id not in recorded:
+        if event_id not in found:
             out.append(DecisionDrift(job_id, "missing", event.type, event.attempt))
-    for event_id, event in recorded.items():
+    for event_id, event in found.items():
         if event_id not in expected:
             out.append(DecisionDrift(job_id, "unexpected", event.type, event.attempt))
             continue

@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from projections import job_state
 from projections.history import unique
 from schemas.events import Event, MeterTick
 from schemas.views import AccountingRecord, JobView
 from services.ledger.client import Ledger
-from services.replay.decisions import DecisionDrift, drift_of, implied
-from services.sink.writer import account, default_policy
+from services.replay.decisions import DecisionDrift, drift_of
+from services.replay.offline import fold
 
 
 @dataclass
@@ -86,14 +85,13 @@ async def replay_job(ledger: Ledger, job_id: str) -> JobReplay:
     """Read the job's partitions from offset 0 and fold them with the pure core."""
     history = await ledger.history(job_id)
     ticks = [t for t in await ledger.history(job_id, "meter-ticks") if isinstance(t, MeterTick)]
-    view = job_state.project(history) if history else None
-    record = account(history, ticks, default_policy(), view=view) if history else None
+    folded = fold(history, ticks) if history else None
     return JobReplay(
         job_id=job_id,
         history=list(unique(history)),
         ticks=ticks,
-        view=view,
-        accounting=record,
-        implied=implied(history) if history else [],
+        view=folded.view if folded else None,
+        accounting=folded.accounting if folded else None,
+        implied=folded.implied if folded else [],
         drift=drift_of(job_id, history) if history else [],
     )

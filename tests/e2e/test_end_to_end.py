@@ -26,6 +26,7 @@ from services.demo.run import Demo, DemoResult, table
 from services.demo.scenarios import ALL_JOBS, NODE_LOST, DemoJob
 from services.settings import Settings, load_settings
 from services.sink.db import drop_schema
+from tests.offline import replay_offline
 from tests.own_home import with_own_home
 
 pytestmark = pytest.mark.integration
@@ -180,6 +181,32 @@ def test_explain_and_history_speak_plainly(run: Run) -> None:
     assert history.returncode == 0, history.stderr
     for event in ("AttemptLost", "RetryScheduled", "JobSucceeded"):
         assert event in history.stdout
+
+
+def test_a_real_history_replays_offline_and_as_of_shows_the_job_before_it_failed(
+    run: Run, tmp_path: Path
+) -> None:
+    job_id = run.result.ids["cuda-oom"]
+    exported = run.cli("history", job_id, "-o", "json")
+    assert exported.returncode == 0, exported.stderr
+    path = tmp_path / "history.json"
+    path.write_text(exported.stdout)
+    offline = replay_offline(path)  # no broker, no database, no API where it runs
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    assert offline.stdout.rstrip().endswith("EQUAL")
+
+    records = json.loads(exported.stdout)["jobs"][0]["records"]
+    appended = [(r["type"], r["appended_at"]) for r in records if r["appended_at"]]
+    exited = next(i for i, (kind, _) in enumerate(appended) if kind == "ProcessExited")
+    running = appended[exited - 1][1]  # the last record the ledger held before the exit
+    then = run.cli("status", job_id, "--as-of", running, "--json")
+    assert then.returncode == 0, then.stderr
+    assert json.loads(then.stdout)["status"] in ("running", "starting")
+    assert json.loads(then.stdout)["failure"] is None
+    failed_at = next(at for kind, at in appended if kind == "JobFailed")
+    after = run.cli("explain", job_id, "--as-of", failed_at)
+    assert after.returncode == 0, after.stderr
+    assert "What to do next" in after.stdout and "batch size" in after.stdout
 
 
 def test_every_job_has_exactly_one_terminal_event(run: Run) -> None:
