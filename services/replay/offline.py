@@ -211,11 +211,11 @@ def _event(
     try:
         data = base64.b64decode(entry.get("avro") or "", validate=True)
         stored = codec.decode_event(data)
-    except (binascii.Error, ValueError, EventDecodeError) as exc:
+    except (binascii.Error, ValueError, TypeError, EventDecodeError) as exc:
         out.differences.append(Difference(f"{where}.avro", "(undecodable)", str(exc)[:200]))
         return event
     named = entry.get("fingerprint")
-    if data[2:10].hex() != named or named not in schemas:
+    if data[2:10].hex() != named or str(named) not in schemas:
         out.differences.append(
             Difference(f"{where}.fingerprint", named, f"{data[2:10].hex()} (in the schemas)")
         )
@@ -232,8 +232,12 @@ def replay_job(job: dict[str, Any], where: str, schemas: dict[str, Any]) -> JobR
     out = JobReplayed(str(job.get("job_id", "")))
     history: list[Event] = []
     ticks: list[MeterTick] = []
-    for i, entry in enumerate(job.get("records") or []):
+    entries = job.get("records")
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
         at = f"{where}.records[{i}]"
+        if not isinstance(entry, dict):
+            out.differences.append(Difference(at, entry, "(a record)"))
+            continue
         if entry.get("error"):
             continue  # undecodable on the ledger: the folds skip it there too
         event = _event(entry, at, out, schemas)
@@ -246,7 +250,7 @@ def replay_job(job: dict[str, Any], where: str, schemas: dict[str, Any]) -> JobR
         elif is_job_event(event):
             history.append(event)
     out.events, out.ticks = len(history), len(ticks)
-    live = job.get("live") or {}
+    live = job.get("live") if isinstance(job.get("live"), dict) else {}
     if not history:
         out.differences.append(Difference(f"{where}.records", "(no job event)", "a history"))
         return out
@@ -284,7 +288,10 @@ def replay_document(doc: Any) -> FileReplayed:
             f"{FORMAT_VERSION}; replay the file with the gridledger that exported it"
         )
         return out
-    schemas = doc.get("schemas") or {}
+    schemas = doc.get("schemas")
+    if not isinstance(schemas, dict):
+        out.problems.append("schemas: not a mapping of fingerprints to schemas")
+        schemas = {}
     for key, described in sorted(schemas.items()):
         try:
             actual = codec.fingerprint_hex(codec.fingerprint(described["schema"]))
@@ -293,6 +300,10 @@ def replay_document(doc: Any) -> FileReplayed:
             continue
         if actual != key:
             out.problems.append(f"schemas.{key}: the schema's fingerprint is {actual}")
-    for i, job in enumerate(doc.get("jobs") or []):
+    jobs = doc.get("jobs")
+    if not isinstance(jobs, list):
+        out.problems.append("jobs: not a list of exported jobs")
+        jobs = []
+    for i, job in enumerate(jobs):
         out.jobs.append(replay_job(job if isinstance(job, dict) else {}, f"jobs[{i}]", schemas))
     return out

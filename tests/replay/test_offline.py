@@ -8,6 +8,9 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from projections.decisions import react_all
 from schemas import codec
 from schemas.events import Event, MeterTick, ProcessExited
@@ -50,6 +53,9 @@ def records(events: list[Event]) -> list[JobRecord]:
     return out
 
 
+EVENTS = facts()
+
+
 def exported(events: list[Event] | None = None) -> dict[str, Any]:
     found = records(events or facts())
     history = [r.event for r in found if r.event and r.suffix == "job-events"]
@@ -59,6 +65,9 @@ def exported(events: list[Event] | None = None) -> dict[str, Any]:
     view, record = live.view.model_dump(mode="json"), live.accounting.model_dump(mode="json")
     job = job_export(JOB, found, view, record, schemas)
     return document([job], schemas, datetime.now(UTC))
+
+
+EXPORTED = exported(EVENTS)
 
 
 def where(doc: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -145,3 +154,32 @@ def test_differences_name_each_leaf_by_its_path() -> None:
         ("x.a[2]", "(absent)", 7),
         ("x.c", 3, "(absent)"),
     ]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=20, deadline=None)
+@given(garbage=JSON, part=st.sampled_from(["schemas", "jobs", "job", "records", "record", "live"]))
+def test_any_json_in_any_place_is_a_finding_never_a_crash(garbage: Any, part: str) -> None:
+    doc = copy.deepcopy(EXPORTED)
+    job = doc["jobs"][0]
+    if part in ("schemas", "jobs"):
+        doc[part] = garbage
+    elif part == "job":
+        doc["jobs"] = [garbage]
+    elif part == "records":
+        job["records"] = garbage
+    elif part == "record":
+        job["records"][0] = garbage
+    else:
+        job["live"] = garbage
+    report = replay_document(doc)
+    assert report.lines()[-1] in ("EQUAL", "DIFFERENT")
+    assert report.ok == (part == "jobs" and garbage == [])  # no jobs: nothing differs
