@@ -32,8 +32,8 @@ class Exit(IntEnum):
 MEANINGS: dict[Exit, str] = {
     Exit.OK: "success (for `submit --wait`, `status JOB --watch`: the job succeeded)",
     Exit.JOB_FAILED: "the job ended without success (failed, rejected, cancelled, "
-    "succeeded_with_errors), or a check found a problem (`replay --verify`, `dev status`, "
-    "`health`)",
+    "succeeded_with_errors), or a check found a problem (`replay --verify`, `replay --file`, "
+    "`dev status`, `health`)",
     Exit.USAGE: "the command line is wrong: unknown option, missing argument, missing file",
     Exit.INVALID_SPEC: "the job spec was refused; each field, problem and fix is printed",
     Exit.NOT_FOUND: "no such job (for this token), or no such attempt of it",
