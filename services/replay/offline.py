@@ -250,7 +250,8 @@ def replay_job(job: dict[str, Any], where: str, schemas: dict[str, Any]) -> JobR
         elif is_job_event(event):
             history.append(event)
     out.events, out.ticks = len(history), len(ticks)
-    live = job.get("live") if isinstance(job.get("live"), dict) else {}
+    found = job.get("live")
+    live: dict[str, Any] = found if isinstance(found, dict) else {}
     if not history:
         out.differences.append(Difference(f"{where}.records", "(no job event)", "a history"))
         return out
