@@ -26,7 +26,7 @@ Kind = Literal["altered", "deleted", "reordered", "inserted"]
 ADVICE: dict[Kind, str] = {
     "altered": "its bytes differ from the sealed record",
     "deleted": "the sealed record is no longer in the topic",
-    "reordered": "the sealed record is there, in another place",
+    "reordered": "the sealed record is there, in another order against other sealed ones",
     "inserted": "a record no seal covers, between sealed ones",
 }
 """What each kind of finding means, in the words of the report."""
@@ -89,12 +89,10 @@ def compare(
     for j, i in enumerate(of_found):
         if i is None:
             unplaced[found_leaves[j]].append(j)
-    moved: set[int] = set()
     for i, placed in enumerate(of_sealed):
         if placed is None and unplaced[sealed_leaves[i]]:
             j = unplaced[sealed_leaves[i]].popleft()
             of_found[j], of_sealed[i] = i, j
-            moved.add(j)
     findings: list[Finding] = []
     altered: set[int] = set()
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -108,13 +106,9 @@ def compare(
         findings += [
             Finding("deleted", topic, partition, sealed[i][0], None) for i in lost[len(new) :]
         ]
-    placed_before = [0]
-    for place in of_sealed:
-        placed_before.append(placed_before[-1] + (place is not None))
     findings += [
         Finding("reordered", topic, partition, sealed[i][0], found[j][0])
-        for j, i in enumerate(of_found)
-        if i is not None and (j in moved or _out_of_place(of_found, placed_before, j, i))
+        for j, i in _out_of_order(of_found)
     ]
     accounted = [j for j, i in enumerate(of_found) if i is not None] + sorted(altered)
     last = max(accounted, default=-1)
@@ -128,21 +122,28 @@ def compare(
     return findings, _tail(topic, partition, tail)
 
 
-def _out_of_place(of_found: list[int | None], placed_before: list[int], j: int, i: int) -> bool:
-    """Whether the record at ``j`` (sealed as the ``i``-th) follows neither the sealed
-    record before it nor precedes the one after it. Sealed records that are gone
-    (deleted, altered) between them do not count, nor does a neighbour that is no sealed
-    record: a deletion or an alteration beside a record does not make it look moved.
-    ``placed_before[k]``: how many of the first ``k`` sealed records are in the topic."""
-
-    def adjacent(low: int, high: int) -> bool:
-        return low < high and placed_before[high] - placed_before[low + 1] == 0
-
-    before = of_found[j - 1] if j > 0 else None
-    after = of_found[j + 1] if j + 1 < len(of_found) else None
-    return (before is not None and not adjacent(before, i)) and (
-        after is not None and not adjacent(i, after)
-    )
+def _out_of_order(of_found: list[int | None]) -> list[tuple[int, int]]:
+    """(position, sealed index) of each sealed record now before one that was sealed
+    before it, or after one sealed after it: both records of a swap, and a record moved
+    far together with the ones it moved past. Deleted, altered and inserted records
+    around it do not count."""
+    placed = [(j, i) for j, i in enumerate(of_found) if i is not None]
+    highest_before: list[int] = []
+    highest = -1
+    for _, i in placed:
+        highest_before.append(highest)
+        highest = max(highest, i)
+    lowest_after: list[int] = []
+    lowest = len(of_found) + len(placed) + 1
+    for _, i in reversed(placed):
+        lowest_after.append(lowest)
+        lowest = min(lowest, i)
+    lowest_after.reverse()
+    return [
+        (j, i)
+        for (j, i), high, low in zip(placed, highest_before, lowest_after, strict=True)
+        if not high < i < low
+    ]
 
 
 def _topic_order(finding: Finding) -> tuple[int, int]:

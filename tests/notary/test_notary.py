@@ -33,6 +33,7 @@ from services.notary.chain import next_seal
 from services.notary.service import Notary
 from services.notary.store import SealStore
 from services.notary.verify import Report, verify
+from services.ops.wiring import notary_endpoints
 from services.settings import SEALED_TOPICS, Settings
 from tests.processors.harness import submitted
 from tests.waiting import eventually
@@ -121,6 +122,9 @@ async def seal_with_a_restart(settings: Settings) -> None:
     await append(settings, 5)
     async with running(settings) as notary:
         await eventually(lambda: all_sealed(notary), "every record sealed after the restart")
+        ready, body = await notary_endpoints(settings, notary).readiness()
+        checks = {check["name"]: check for check in body["checks"]}
+        assert ready and checks["sealing"]["ok"], body
 
 
 def partition_of(settings: Settings) -> int:
@@ -168,7 +172,24 @@ async def test_an_untouched_ledger_verifies_from_the_topic_and_from_the_store(
     await append(sealing, 1)
     report = await verify(sealing, accepted)
     assert report.ok
-    assert {(u.topic, u.count) for u in report.unsealed} >= {("job-events", 1)}
+    assert ("job-events", partition_of(sealing), 1) in {
+        (u.topic, u.partition, u.count) for u in report.unsealed
+    }
+
+    # A rotated key: the chain goes on under the new key; the old public key is kept, so
+    # everything verifies, and without it the seals the old key signed are forged.
+    old = set(accepted)
+    keys.keygen(sealing, rotate=True)
+    async with running(sealing) as notary:
+        await eventually(lambda: all_sealed(notary), "sealed with the new key")
+    rotated = keys.public_keys(sealing)
+    assert len(rotated) == 2 and old < set(rotated)
+    report = await verify(sealing, rotated)
+    assert report.ok and report.unsealed == [], report.lines()
+    new_only = {kid: key for kid, key in rotated.items() if kid not in old}
+    report = await verify(sealing, new_only)
+    assert {p.kind for p in report.seal_problems} == {"forged", "chain"}
+    assert len([p for p in report.seal_problems if p.kind == "forged"]) == len(on_topic)
 
 
 async def copy_tampered(sealed: Settings, target: Settings) -> dict[str, list[int]]:
