@@ -365,6 +365,11 @@ def test_the_job_list_filters_by_status_and_pages(console: Console) -> None:
         "only failed jobs",
     )
     assert "filter=failed" in driver.current_url
+    pressed = {
+        str(c.get_attribute("data-filter")): c.get_attribute("aria-pressed")
+        for c in driver.find_elements(By.CSS_SELECTOR, "[data-filter]")
+    }
+    assert pressed.pop("failed") == "true" and set(pressed.values()) == {"false"}, pressed
     driver.find_element(By.CSS_SELECTOR, '[data-filter="all"]').click()
     browser.wait_for(
         lambda: (
@@ -417,10 +422,11 @@ def test_a_hidden_tab_stops_polling_and_catches_up_when_shown(
     job_id = sleepers[0]
     console.open(f"/console/jobs/{job_id}")
     browser.wait_for(lambda: driver.find_elements(By.ID, "cancel"), 30, "the job page")
+    # Captured on the window: before the page's own listener on the document resumes polling.
     driver.execute_script(
         "performance.setResourceTimingBufferSize(100000); window.__seen = [];"
-        "document.addEventListener('visibilitychange', () =>"
-        " window.__seen.push([document.visibilityState, performance.now()]));"
+        "window.addEventListener('visibilitychange', () =>"
+        " window.__seen.push([document.visibilityState, performance.now()]), true);"
     )
     polls = (
         "return performance.getEntriesByType('resource').filter((e) =>"

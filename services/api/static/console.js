@@ -113,8 +113,10 @@ const GL = (() => {
     const bar = el("header", { class: "topbar" },
       el("a", { class: "brand", href: "/console" }, el("span", { class: "mark" }), "gridledger"),
       el("nav", {},
-        el("a", { href: "/console", class: active === "jobs" ? "active" : "" }, "Jobs"),
-        el("a", { href: "/console/fleet", class: active === "fleet" ? "active" : "" }, "Fleet"),
+        el("a", { href: "/console", class: active === "jobs" ? "active" : "",
+                  "aria-current": active === "jobs" ? "page" : null }, "Jobs"),
+        el("a", { href: "/console/fleet", class: active === "fleet" ? "active" : "",
+                  "aria-current": active === "fleet" ? "page" : null }, "Fleet"),
         el("a", { href: "/openapi.json" }, "API")),
       el("div", { class: "who" },
         signedIn ? el("span", {}, "token ", el("code", {}, `${token().slice(0, 6)}…`)) : null,
@@ -257,8 +259,12 @@ const GL = (() => {
       let cursor = null;
       const chips = FILTERS.map(([key, text]) => el("button", {
         class: `chip${key === filter ? " on" : ""}`, dataset: { filter: key },
+        "aria-pressed": String(key === filter),
         onclick: () => { filter = key; history.replaceState(null, "", `?filter=${key}`);
-          for (const c of chips) c.classList.toggle("on", c.dataset.filter === key);
+          for (const c of chips) {
+            c.classList.toggle("on", c.dataset.filter === key);
+            c.setAttribute("aria-pressed", String(c.dataset.filter === key));
+          }
           load(true); } }, text));
       main.replaceChildren(
         el("h1", {}, "Jobs"),
