@@ -205,11 +205,8 @@ def _advice(
 ) -> str:
     """Say how many GPUs would make the job fit, when some node has that many."""
     for n in range(max(spec.resources.gpus, 1) + 1, 17):
-        share = total / n
-        if any(_node_holds(spec, gs, n, share) for _, gs in groups):
+        if any(_node_holds(spec, gs, n, total / n) for _, gs in groups):
             return f"request {n} GPUs or a smaller model"
-        if share <= 0:
-            break
     lower = (
         "a lower precision (int8/int4) or "
         if spec.model and spec.model.dtype in ("fp32", "fp16", "bf16")
@@ -227,10 +224,13 @@ def rejected(
     pre-flight; the JobQueued when the fleet was empty at submit and the check ran
     once a node registered, with ``suffix`` "reject"), written by ``producer`` at
     ``now``, with the report's numbers. The explanation reads "<the numbers> — <what
-    to change>": the numbers become the summary and the suggestion the advice.
+    to change>": the numbers become the summary and the suggestion the advice (a generic
+    one when the explanation names none).
     """
     # The last dash: what comes before it may quote the tenant's own gpu_models, dashes and all.
-    found, _, fix = report.explanation.rpartition(" — ")
+    found, dash, fix = report.explanation.rpartition(" — ")
+    if not dash:
+        found, fix = report.explanation, ""
     return JobRejected.derived(
         cause,
         by,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from projections.fit import check_fit, estimate_vram_gb, gpu_model_matches, rejected
+from projections.fit import NodeCapacity, check_fit, estimate_vram_gb, gpu_model_matches, rejected
 from schemas.events import JobSubmitted
+from schemas.types import GpuDevice
 from tests.projections.histories import T0, fleet, job_spec
 
 
@@ -54,10 +55,31 @@ def test_does_not_fit_explains_with_numbers_and_suggests_more_gpus() -> None:
     assert report.max_gpus_per_node == 4 and report.gpus_requested == 1
 
 
-def test_no_node_with_enough_gpus_suggests_precision_or_smaller_model() -> None:
-    report = check_fit(model_spec(70, "fp16", "training"), fleet(("a", "A10G", 2, 24)))
+@pytest.mark.parametrize(
+    ("dtype", "advice"),
+    [
+        ("fp32", "use a lower precision (int8/int4) or a smaller model"),
+        ("fp16", "use a lower precision (int8/int4) or a smaller model"),
+        ("bf16", "use a lower precision (int8/int4) or a smaller model"),
+        ("int8", "use a smaller model"),
+        ("int4", "use a smaller model"),
+    ],
+)
+def test_no_node_with_enough_gpus_suggests_precision_or_smaller_model(
+    dtype: str, advice: str
+) -> None:
+    report = check_fit(model_spec(300, dtype, "training"), fleet(("a", "A10G", 2, 24)))
     assert not report.fits
-    assert "lower precision (int8/int4) or a smaller model" in report.explanation
+    assert report.explanation.endswith(f"no node has enough GPUs for it; {advice}")
+
+
+def test_more_gpus_are_suggested_for_small_gpus_too() -> None:
+    # Half-GiB GPUs: 3 GiB fits on 6 of them, however small each share gets on the way.
+    spec = job_spec(resources={"gpus": 1, "min_vram_gb": 3})
+    gpus = [GpuDevice(index=i, model="A10G", memory_total_mb=512) for i in range(8)]
+    report = check_fit(spec, [NodeCapacity(node_id="a", gpus=gpus)])
+    assert not report.fits
+    assert report.explanation.endswith("request 6 GPUs or a smaller model")
 
 
 def test_fits_reports_the_numbers_too() -> None:
@@ -134,3 +156,17 @@ def test_a_rejection_quoting_the_tenant_s_models_keeps_its_advice_whole() -> Non
     event = rejected(cause, report, by="scheduler", producer="scheduler", now=T0)
     assert event.advice == "Accept one of those models."
     assert "(H100 — the big one); the fleet has A10G" in event.summary
+
+
+def test_a_rejection_without_a_suggestion_says_what_to_change_anyway() -> None:
+    spec = job_spec(resources={"gpus": 8})
+    report = check_fit(spec, fleet(("a", "A10G", 4, 24)))
+    cause = JobSubmitted(job_id="j", occurred_at=T0, tenant="t", spec=spec)
+    event = rejected(cause, report, by="scheduler", producer="scheduler", now=T0)
+    assert event.summary.endswith("the most any node has is 4 suitable GPU(s) of one model.")
+    assert event.advice == "Request at most 4 GPUs or a smaller model."
+    # A report whose explanation names no change keeps its numbers and gets the generic advice.
+    bare = report.model_copy(update={"explanation": "no node has 8 GPUs"})
+    event = rejected(cause, bare, by="scheduler", producer="scheduler", now=T0)
+    assert event.summary == "The job can never run on this fleet: no node has 8 GPUs."
+    assert event.advice == "Request fewer or smaller GPUs."
