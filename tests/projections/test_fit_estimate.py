@@ -170,3 +170,33 @@ def test_a_rejection_without_a_suggestion_says_what_to_change_anyway() -> None:
     event = rejected(cause, bare, by="scheduler", producer="scheduler", now=T0)
     assert event.summary == "The job can never run on this fleet: no node has 8 GPUs."
     assert event.advice == "Request fewer or smaller GPUs."
+
+
+def test_the_report_s_numbers_count_only_the_models_the_job_accepts() -> None:
+    # What `explain` shows of a fit: the largest acceptable GPU (to the hundredth of a GiB:
+    # an A10G's 23,028 MiB is 22.49 GiB) and the most acceptable GPUs of one model a node has.
+    a10g = [GpuDevice(index=i, model="NVIDIA A10G", memory_total_mb=23028) for i in range(4)]
+    h100 = [
+        GpuDevice(index=i, model="NVIDIA H100 80GB HBM3", memory_total_mb=81559) for i in (0, 1)
+    ]
+    nodes = [NodeCapacity(node_id="a", gpus=a10g), NodeCapacity(node_id="h", gpus=h100)]
+    any_model = check_fit(job_spec(resources={"gpus": 3}), nodes)
+    assert (any_model.largest_gpu_vram_gb, any_model.max_gpus_per_node) == (79.65, 4)
+    only_a10g = check_fit(job_spec(resources={"gpus": 1, "gpu_models": ["A10G"]}), nodes)
+    assert (only_a10g.largest_gpu_vram_gb, only_a10g.max_gpus_per_node) == (22.49, 4)
+    only_h100 = check_fit(job_spec(resources={"gpus": 3, "gpu_models": ["H100"]}), nodes)
+    assert not only_h100.fits and only_h100.max_gpus_per_node == 2
+    none = check_fit(job_spec(resources={"gpus": 1, "gpu_models": ["B200"]}), nodes)
+    assert not none.fits
+    assert (none.largest_gpu_vram_gb, none.largest_gpu_model, none.max_gpus_per_node) == (
+        0.0,
+        "",
+        0,
+    )
+
+
+def test_a_two_gpu_basis_shows_the_split() -> None:
+    report = check_fit(
+        job_spec(resources={"gpus": 2, "min_vram_gb": 30}), fleet(("a", "A10G", 2, 24))
+    )
+    assert report.fits and report.estimate_basis == "resources.min_vram_gb = 30 GiB / 2 GPUs"
