@@ -107,3 +107,28 @@ def test_nothing_is_owed_without_compute() -> None:
         record = account(h.events, h.ticks)
         assert record.final, name
         assert record.gpu_seconds == record.billable_gpu_seconds == record.credited_gpu_seconds == 0
+
+
+def _done(gpus: int, seconds: float) -> JobHistory:
+    h = running(gpus=gpus)
+    h.wait(seconds).exit(0)
+    h.output()
+    h.release()
+    return h
+
+
+def test_on_several_gpus_the_tolerance_is_one_tick_of_all_of_them() -> None:
+    h = _done(gpus=4, seconds=100)
+    one_gone = [t for t in h.ticks if t.tick_index != 1]  # 30 s on 4 GPUs: 120 GPU-seconds
+    (a,) = account(h.events, one_gone).attempts
+    assert a.gpu_count == 4 and a.missing_ticks == [1] and a.reconciled
+    two_gone = [t for t in one_gone if t.tick_index != 2]
+    assert not account(h.events, two_gone).reconciled
+
+
+def test_with_no_tick_at_all_the_tolerance_is_the_default_tick_of_every_gpu() -> None:
+    policy = AccountingPolicy(default_tick_s=60.0)  # 240 GPU-seconds on 4 GPUs
+    short = account(_done(gpus=4, seconds=50).events, [], policy)
+    assert (short.gpu_seconds, short.metered_gpu_seconds, short.reconciled) == (216.0, 0.0, True)
+    longer = account(_done(gpus=4, seconds=60).events, [], policy)
+    assert (longer.gpu_seconds, longer.reconciled) == (256.0, False)
