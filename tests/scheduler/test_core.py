@@ -567,3 +567,45 @@ def test_a_rejection_is_the_same_event_whichever_instance_decides_it_and_occurs_
     assert isinstance(late, JobRejected) and late.occurred_at == later
     assert late.event_id == derived_event_id(queued.event_id, "scheduler", "reject")
     assert late.producer == "scheduler/host-1"
+
+
+def _lost_and_retried(not_before_s: float) -> SchedulerState:
+    s = state()
+    run(s, node("a"), node("b"), submit("j", limits={"queue_timeout_s": 30}))
+    lost = AttemptLost(job_id="j", attempt=1, node_id="a", occurred_at=T0)
+    retry = RetryScheduled(
+        job_id="j",
+        attempt=1,
+        occurred_at=T0,
+        next_attempt=2,
+        delay_s=not_before_s,
+        not_before=T0 + timedelta(seconds=not_before_s),
+    )
+    for e in (lost, retry):
+        s.observe(e)
+    return s
+
+
+def test_the_queue_deadline_counts_from_submission_not_from_the_check() -> None:
+    # The scheduler read the submission 3 s late: the user's queue_timeout_s still counts
+    # from when the job was submitted.
+    s = state()
+    busy = NodeHeartbeat(node_id="a", occurred_at=T0, seq=1, free_gpu_indices=[])
+    (queued,) = run(s, node("a"), busy, submit("j", limits={"queue_timeout_s": 5}),
+                    now=T0 + timedelta(seconds=3))  # fmt: skip
+    assert isinstance(queued, JobQueued)
+    assert queued.queue_deadline == T0 + timedelta(seconds=5)
+    assert queued.occurred_at == T0 + timedelta(seconds=3)
+
+
+def test_a_retry_s_queue_deadline_counts_from_when_it_may_start() -> None:
+    # Decided before its backoff ends: from not_before. Decided after it (a scheduler that
+    # was down): from the decision, so the retry gets its whole queue_timeout_s.
+    s = _lost_and_retried(not_before_s=10)
+    (early,) = s.decide(T0 + timedelta(seconds=4))
+    assert isinstance(early, JobQueued) and early.attempt == 2
+    assert early.queue_deadline == T0 + timedelta(seconds=10 + 30)
+    s = _lost_and_retried(not_before_s=10)
+    late, placed = s.decide(T0 + timedelta(seconds=25))
+    assert isinstance(late, JobQueued) and isinstance(placed, AttemptScheduled)
+    assert late.queue_deadline == T0 + timedelta(seconds=25 + 30)
