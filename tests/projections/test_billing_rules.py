@@ -1,5 +1,5 @@
-"""One test per billing rule that changes money when broken (bench/mutation.py checks
-that breaking each of them makes a test here fail)."""
+"""One test per billing rule that changes money when broken (`python -m bench.mutation
+rules` checks that breaking each of them makes a test here fail)."""
 
 from __future__ import annotations
 
