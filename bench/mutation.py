@@ -97,6 +97,11 @@ MUTATIONS: tuple[Mutation, ...] = (
              '    if _terminal(view):\n        return _anomaly(view, event, f"second terminal',
              '    if False:\n        return _anomaly(view, event, f"second terminal',
              "the first terminal event wins"),
+    # mutmut skips decorated functions: the fold's singledispatch handlers are pinned here.
+    Mutation("stale-verdict-after-end", "projections/job_state.py",
+             '    if _terminal(view):\n        return _anomaly(view, event, f"classified after',
+             '    if False:\n        return _anomaly(view, event, f"classified after',
+             "a classification delivered after the job ended changes neither status nor failure"),
     Mutation("late-fact-moves-job", "projections/job_state.py",
              "if late is not None and late.lost_at is not None:",
              "if False:",

@@ -200,3 +200,24 @@ def test_a_two_gpu_basis_shows_the_split() -> None:
         job_spec(resources={"gpus": 2, "min_vram_gb": 30}), fleet(("a", "A10G", 2, 24))
     )
     assert report.fits and report.estimate_basis == "resources.min_vram_gb = 30 GiB / 2 GPUs"
+
+
+def test_the_explanations_name_the_models_asked_for_and_the_ones_there() -> None:
+    spec = job_spec(resources={"gpus": 1, "gpu_models": ["H100", "B200"]})
+    report = check_fit(spec, fleet(("a", "A10G", 1, 24), ("b", "L4", 1, 24)))
+    assert report.explanation == (
+        "no GPU in the fleet is one of resources.gpu_models (H100, B200); "
+        "the fleet has A10G, L4 — accept one of those models"
+    )
+    assert report.estimate_basis == "no model or min_vram_gb declared: no GPU memory requirement"
+    cpu_only = check_fit(spec, [NodeCapacity(node_id="c")])
+    assert cpu_only.explanation.endswith("the fleet has no GPUs — accept one of those models")
+
+
+def test_a_need_equal_to_the_largest_gpu_fits_it_so_the_count_is_what_is_short() -> None:
+    # 24 GiB per GPU on 24 GiB GPUs fits each GPU; what no node has is two of them.
+    spec = job_spec(resources={"gpus": 2, "min_vram_gb": 48})
+    report = check_fit(spec, fleet(("a", "A10G", 1, 24), ("b", "A10G", 1, 24)))
+    assert not report.fits
+    assert "the most any node has is 1 suitable GPU(s) of one model" in report.explanation
+    assert "request at most 1 GPUs" in report.explanation

@@ -6,6 +6,7 @@ import pytest
 
 from projections.job_state import evolve, project
 from schemas.events import (
+    FailureClassified,
     JobCancelled,
     JobSucceeded,
     LogChunk,
@@ -164,3 +165,16 @@ def test_only_terminal_events_end_a_job() -> None:
 def test_projecting_nothing_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="at least one event"):
         project([])
+
+
+def test_a_stale_verdict_after_the_job_ended_changes_neither_its_status_nor_its_failure() -> None:
+    # A classification delivered after the terminal event (a verdict on facts the job has
+    # outrun) is noted; the job still says what ended it.
+    h = scenarios.success()
+    verdict = next(e for e in scenarios.missing_module().events if isinstance(e, FailureClassified))
+    stale = verdict.model_copy(update={"job_id": h.job_id, "event_id": "stale-verdict"})
+    view = project([*h.events, stale])
+    assert (view.status, view.failure, view.terminal_event) == ("succeeded", None, "JobSucceeded")
+    assert any(
+        "stale-verdict" in a and "classified after the job ended" in a for a in view.anomalies
+    )
