@@ -132,3 +132,22 @@ def test_with_no_tick_at_all_the_tolerance_is_the_default_tick_of_every_gpu() ->
     assert (short.gpu_seconds, short.metered_gpu_seconds, short.reconciled) == (216.0, 0.0, True)
     longer = account(_done(gpus=4, seconds=60).events, [], policy)
     assert (longer.gpu_seconds, longer.reconciled) == (256.0, False)
+
+
+def test_an_attempt_that_never_held_compute_shows_no_gpus_and_costs_nothing() -> None:
+    h = JobHistory(spec=job_spec(resources={"gpus": 2}))
+    h.submit()
+    h.queue()
+    h.schedule()
+    h.wait(60)
+    h.dispatch_timed_out()
+    (a,) = account(h.events, h.ticks).attempts
+    assert (a.outcome, a.gpu_count, a.held_seconds, a.gpu_seconds) == ("not_held", 0, 0.0, 0.0)
+    assert (a.billable_gpu_seconds, a.credited_gpu_seconds) == (0.0, 0.0)
+
+
+def test_an_unknown_failure_is_credited_whoever_the_classifier_blamed() -> None:
+    policy = AccountingPolicy()
+    assert policy.billable("failed", "user", "user_process_error")
+    assert not policy.billable("failed", "user", "unknown")
+    assert not policy.billable("failed", "platform", "node_lost")
