@@ -164,6 +164,26 @@ async def test_a_tenant_past_its_streams_gets_429_and_others_are_served(api: Api
     held[1].close()
 
 
+async def test_a_flood_of_streams_gets_429_past_the_tenants_bound_and_the_api_answers(
+    api: Api,
+) -> None:
+    """The default bound, against a tenant that opens streams in a burst (100 at once)."""
+    bound = api.settings.events_streams_per_tenant
+    replies = await asyncio.gather(
+        *(api.client.get("/v1/events", headers=api.auth()) for _ in range(100))
+    )
+    try:
+        statuses = sorted(r.status for r in replies)
+        assert statuses == [200] * bound + [429] * (100 - bound)
+        assert api.app[EVENTS].open_streams == bound
+        # Everything else still answers, for this tenant too.
+        listing = await api.client.get("/v1/jobs", headers=api.auth())
+        assert listing.status == 200
+    finally:
+        for reply in replies:
+            reply.close()
+
+
 async def test_a_stream_ends_after_its_time_and_the_client_resumes(api: Api) -> None:
     tune(api, events_stream_max_s=0.5)
     stream = await api.client.get("/v1/events?since=0", headers=api.auth())
