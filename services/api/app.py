@@ -41,7 +41,13 @@ from services.api import (
 )
 from services.api import models as m
 from services.api import usage as usage_api
-from services.api.events import EventHub, Filters, TooManyStreamsError, serve_events
+from services.api.events import (
+    AheadError,
+    EventHub,
+    Filters,
+    TooManyStreamsError,
+    serve_events,
+)
 from services.api.logs import serve_logs
 from services.api.openapi import (
     Header,
@@ -539,6 +545,15 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     after = header if header is not None else query.since
     try:
         return await serve_events(request, hub=request.app[EVENTS], filters=filters, after=after)
+    except AheadError as exc:
+        problem = problems.Problem(
+            "Last-Event-ID" if header is not None else "since",
+            f"{exc}: this stream never gave it out (a read model rebuilt from the ledger "
+            "numbers its events anew)",
+            "resume with since=0 to get the tenant's events again from the first (drop the ids "
+            "you have seen), or leave it out for new events only",
+        )
+        return problem_response(400, [problem], "invalid_position")
     except TooManyStreamsError as exc:
         retry = request.app[SETTINGS].api_retry_after_s
         return errors.problem(
@@ -988,7 +1003,10 @@ OPERATIONS: tuple[Operation, ...] = (
                 "data is the event); `:` comment lines while quiet",
                 media={"text/event-stream": {"schema": {"type": "string"}}},
             ),
-            400: Reply("the Last-Event-ID header is not an id of this stream", m.Problems),
+            400: Reply(
+                "the Last-Event-ID header (or since) is not an id this stream gave out",
+                m.Problems,
+            ),
             404: Reply("?job= names no job of this tenant", m.ErrorBody),
             429: Reply(
                 "the tenant (or the API) holds as many open streams as allowed; Retry-After",

@@ -102,6 +102,15 @@ class TooManyStreamsError(Exception):
         self.limit = limit
 
 
+class AheadError(Exception):
+    """A resume position this stream never gave out (it is past the newest event)."""
+
+    def __init__(self, after: int, newest: int) -> None:
+        super().__init__(f"{after} is past the newest event of this stream ({newest})")
+        self.after = after
+        self.newest = newest
+
+
 @dataclass(eq=False)
 class Subscription:
     """One open stream's place in the hub: the events of its tenant waiting for it."""
@@ -267,8 +276,11 @@ async def serve_events(
     client leaves, ``events_stream_max_s`` passed or the API shuts down."""
     sub = await hub.subscribe(filters.tenant)  # TooManyStreamsError before anything is sent
     try:
+        newest = await latest_position(hub.pool)
         if after is None:
-            after = await latest_position(hub.pool)
+            after = newest
+        elif after > newest:
+            raise AheadError(after, newest)
         response = web.StreamResponse(
             headers={
                 "Content-Type": EVENT_STREAM,

@@ -129,6 +129,11 @@ async def test_filters_since_and_refusals_name_the_field(api: Api) -> None:
     assert bad_id.status == 400
     assert (await bad_id.json())["problems"][0]["field"] == "Last-Event-ID"
 
+    ahead = await api.client.get("/v1/events?since=999999999999", headers=api.auth())
+    assert ahead.status == 400
+    problem = (await ahead.json())["problems"][0]
+    assert problem["field"] == "since" and "since=0" in problem["fix"]
+
     # Another tenant's job is as unknown as one that does not exist.
     foreign = await api.client.get(f"/v1/events?job={job_id}", headers=api.auth(OTHER_TOKEN))
     assert foreign.status == 404
