@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,15 +51,12 @@ def agent(log_level: str, inventory: Path | None, **options: Any) -> int:
 
 async def _serve(settings: Any, agent_settings: AgentSettings) -> None:
     from services.agent.bootstrap import run_agent
+    from services.ops.server import stop_on_signals
 
     # Every line this agent logs names its node; its tasks inherit it (and the attempt
     # runners add the job and the attempt).
     bind_context(node_id=agent_settings.node_id)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await run_agent(settings, agent_settings, stop)
+    await run_agent(settings, agent_settings, stop_on_signals())
 
 
 COMMANDS = (agent,)

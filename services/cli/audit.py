@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 from pathlib import Path
 
 import click
@@ -31,22 +30,11 @@ def notary(log_level: str) -> int:
 
 async def _serve() -> None:
     from services.notary.service import Notary
-    from services.ops.server import ops_server
+    from services.ops.server import serve_until_signalled
     from services.ops.wiring import notary_endpoints
 
     settings = load_settings()
-    service = Notary(settings)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await service.start()
-    ops = await ops_server(settings, notary_endpoints(settings, service)).start()
-    try:
-        await service.serve_until(stop)
-    finally:
-        await ops.stop()
-        await service.stop()
+    await serve_until_signalled(settings, Notary(settings), notary_endpoints)
 
 
 @click.group("audit")

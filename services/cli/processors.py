@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 
 import click
@@ -45,17 +44,14 @@ def processors(only: list[str], app_id: str | None, log_level: str) -> int:
 
 
 async def _serve(only: list[str], app_id: str | None) -> None:
-    from services.ops.server import ops_server
+    from services.ops.server import ops_server, stop_on_signals
     from services.ops.wiring import processors_endpoints
     from services.processors import build_processors
 
     settings = load_settings()
     workers = build_processors(settings, only, app_id)
     ops = ops_server(settings, processors_endpoints(settings, workers))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     await workers.start()
     await ops.start()
     print(f"processors {','.join(workers.only)} running as {workers.app_id}", flush=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 
 import click
 
@@ -26,23 +25,12 @@ def scheduler(log_level: str) -> int:
 
 
 async def _serve() -> None:
-    from services.ops.server import ops_server
+    from services.ops.server import serve_until_signalled
     from services.ops.wiring import scheduler_endpoints
     from services.scheduler import build_scheduler
 
     settings = load_settings()
-    service = build_scheduler(settings)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await service.start()
-    ops = await ops_server(settings, scheduler_endpoints(settings, service)).start()
-    try:
-        await service.serve_until(stop)
-    finally:
-        await ops.stop()
-        await service.stop()
+    await serve_until_signalled(settings, build_scheduler(settings), scheduler_endpoints)
 
 
 COMMANDS = (scheduler,)

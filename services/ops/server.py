@@ -15,8 +15,10 @@ also mounts the same three routes on its own port (:meth:`OpsEndpoints.add_route
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -146,6 +148,30 @@ class OpsServer:
 def ops_server(settings: Any, endpoints: OpsEndpoints) -> OpsServer:
     """The service's ops server on ``settings.ops_host:ops_port`` (off when the port is 0)."""
     return OpsServer(endpoints, settings.ops_host, settings.ops_port)
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event that SIGINT or SIGTERM sets: what a service runs until (a clean stop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def serve_until_signalled(
+    settings: Any, service: Any, endpoints: Callable[[Any, Any], OpsEndpoints]
+) -> None:
+    """Run a service (``start``, ``serve_until(stop)``, ``stop``) with its ops server
+    (``endpoints(settings, service)``) until SIGINT or SIGTERM."""
+    stop = stop_on_signals()
+    await service.start()
+    ops = await ops_server(settings, endpoints(settings, service)).start()
+    try:
+        await service.serve_until(stop)
+    finally:
+        await ops.stop()
+        await service.stop()
 
 
 @web.middleware
