@@ -159,8 +159,9 @@ class EventHub:
             sub = Subscription(tenant, asyncio.Queue(maxsize=s.events_buffer))
             self.by_tenant.setdefault(tenant, set()).add(sub)
             self.active.set()
-            if self.tail is None:
+            if self.tail is None or self.tail.done():
                 self.tail = asyncio.create_task(self._follow(), name="events-tail")
+                self.tail.add_done_callback(_said_why)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
@@ -218,6 +219,13 @@ class EventHub:
         self._all_behind()
         if self.tail is not None:
             await asyncio.gather(self.tail, return_exceptions=True)
+
+
+def _said_why(tail: asyncio.Task[None]) -> None:
+    """A tail that failed (a bug, never an outage) says so; its streams end and the next
+    stream starts another one."""
+    if not tail.cancelled() and tail.exception() is not None:
+        log.error("the event stream tail failed; its streams end", exc_info=tail.exception())
 
 
 async def _first(*waits: Any) -> None:
@@ -342,6 +350,8 @@ class _Stream:
             transport = self.request.transport
             if transport is None or transport.is_closing():
                 return
+            if self.hub.tail is None or self.hub.tail.done():
+                return  # the tail failed: end, so that the client's reconnect starts another
             if not caught_up or sub.behind:
                 sub.behind = False
                 page = await missed(self.hub.pool, self.filters, self.last)
