@@ -39,6 +39,7 @@ import asyncpg
 from aiohttp import web
 
 from schemas.codec import headers
+from services.backoff import outage_of
 from services.settings import Settings
 from services.sink import db
 from services.sink.rows import event_from_payload
@@ -181,14 +182,17 @@ class EventHub:
             if not self.active.is_set():
                 await _first(self.active.wait(), self.closing.wait())
                 continue
+            postgres = outage_of(f"Postgres at {self.settings.dsn_redacted}")
             try:
                 rows = await self.pool.fetch(
                     f"{_ROWS} ORDER BY e.stream_position LIMIT {PAGE}", self.cursor
                 )
             except db.POSTGRES_UNAVAILABLE as exc:
-                log.warning("event stream tail: Postgres did not answer (%s); retrying", exc)
+                postgres.down(exc)  # one line per outage, shared with the API's other reads
                 self._all_behind()
                 rows = []
+            else:
+                postgres.up()
             for row in rows:
                 self._deliver(stream_event(row))
             if rows:
@@ -305,7 +309,7 @@ async def serve_events(
             return response  # the client left
         except db.POSTGRES_UNAVAILABLE as exc:
             # The client reconnects with Last-Event-ID; until Postgres is back that is a 503.
-            log.warning("event stream ended: Postgres did not answer (%s)", exc)
+            outage_of(f"Postgres at {hub.settings.dsn_redacted}").down(exc)
         await response.write_eof()
     finally:
         hub.unsubscribe(sub)
