@@ -127,6 +127,14 @@ async def test_an_exported_history_replays_offline_and_a_tampered_one_does_not(
     assert await gridledger("replay", "--file", str(path)) == 1
     assert "not a gridledger-history file" in capsys.readouterr().out
 
+    # --all makes one file of every job of the tenant; --since leaves out older ones.
+    assert await gridledger("history", "--all", "-o", "json") == 0
+    assert [j["job_id"] for j in json.loads(capsys.readouterr().out)["jobs"]] == [job_id]
+    assert await gridledger("history", "--all", "--since", "0s", "-o", "json") == 0
+    assert json.loads(capsys.readouterr().out)["jobs"] == []
+    assert await gridledger("history") == Exit.USAGE
+    assert await gridledger("history", job_id, "--since", "1h") == Exit.USAGE
+
     # Another tenant's token cannot export the job (it looks like no job at all).
     assert await gridledger("history", job_id, "-o", "json", "--token", OTHER_TOKEN) == (
         Exit.NOT_FOUND

@@ -12,8 +12,10 @@ import json
 import os
 import subprocess
 import sys
+import urllib.parse
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -187,26 +189,25 @@ def test_a_real_history_replays_offline_and_as_of_shows_the_job_before_it_failed
     run: Run, tmp_path: Path
 ) -> None:
     job_id = run.result.ids["cuda-oom"]
-    exported = run.cli("history", job_id, "-o", "json")
-    assert exported.returncode == 0, exported.stderr
+    api = run.demo.client_for("cuda-oom")  # what `history JOB -o json` and `--as-of` ask
+    exported = api.get(f"/v1/jobs/{job_id}/export")
     path = tmp_path / "history.json"
-    path.write_text(exported.stdout)
+    path.write_text(json.dumps(exported))
     offline = replay_offline(path)  # no broker, no database, no API where it runs
     assert offline.returncode == 0, offline.stdout + offline.stderr
     assert offline.stdout.rstrip().endswith("EQUAL")
 
-    records = json.loads(exported.stdout)["jobs"][0]["records"]
-    appended = [(r["type"], r["appended_at"]) for r in records if r["appended_at"]]
-    exited = next(i for i, (kind, _) in enumerate(appended) if kind == "ProcessExited")
-    running = appended[exited - 1][1]  # the last record the ledger held before the exit
-    then = run.cli("status", job_id, "--as-of", running, "--json")
-    assert then.returncode == 0, then.stderr
-    assert json.loads(then.stdout)["status"] in ("running", "starting")
-    assert json.loads(then.stdout)["failure"] is None
-    failed_at = next(at for kind, at in appended if kind == "JobFailed")
-    after = run.cli("explain", job_id, "--as-of", failed_at)
-    assert after.returncode == 0, after.stderr
-    assert "What to do next" in after.stdout and "batch size" in after.stdout
+    records = exported["jobs"][0]["records"]
+    appended = [
+        (r["type"], datetime.fromisoformat(r["appended_at"])) for r in records if r["appended_at"]
+    ]
+    exited = next(at for kind, at in appended if kind == "ProcessExited")
+    running = max(at for _, at in appended if at < exited).isoformat()  # the last before it
+    then = api.get(f"/v1/jobs/{job_id}?" + urllib.parse.urlencode({"as_of": running}))
+    assert then["status"] in ("running", "starting") and then["failure"] is None
+    failed_at = next(at for kind, at in appended if kind == "JobFailed").isoformat()
+    after = api.get(f"/v1/jobs/{job_id}/explain?" + urllib.parse.urlencode({"as_of": failed_at}))
+    assert "What to do next" in after["text"] and "batch size" in after["text"]
 
 
 def test_every_job_has_exactly_one_terminal_event(run: Run) -> None:
