@@ -95,7 +95,7 @@ def tampering(draw: st.DrawFn) -> tuple[int, dict[int, str]]:
     return size, {index: draw(kinds) for index in chosen}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(tampering(), st.integers(0, 3), st.integers(0, 1000))
 def test_each_change_is_found_at_its_sealed_offset(
     case: tuple[int, dict[int, str]], appended: int, base: int

@@ -63,7 +63,7 @@ async def sealing(topics: Settings, tmp_path: Path) -> AsyncIterator[Settings]:
             "notary_key_file": tmp_path / "notary.key",
             "notary_keys_dir": tmp_path / "keys",
             "notary_seal_records": 4,
-            "notary_seal_interval_s": 0.5,
+            "notary_seal_interval_s": 0.2,
         }
     )
     keys.keygen(settings)
