@@ -26,10 +26,10 @@ def generated(api: Api, tmp_path: Path) -> Iterator[ModuleType]:
     document = tmp_path / "openapi.json"
     document.write_text(json.dumps(api.app[OPENAPI]))
     config = tmp_path / "config.json"
-    # YAML bodies carry the same JobSpec; the generated client sends JSON.
-    config.write_text(
-        json.dumps({"content_type_overrides": {"application/yaml": "application/json"}})
-    )
+    # YAML bodies carry the same JobSpec; the generated client sends JSON. The console's
+    # icon (/favicon.ico) is bytes to a generated client.
+    overrides = {"application/yaml": "application/json", "image/x-icon": "application/octet-stream"}
+    config.write_text(json.dumps({"content_type_overrides": overrides}))
     done = subprocess.run(
         [str(GENERATOR), "generate", "--path", str(document), "--meta", "none",
          "--output-path", str(tmp_path / "generated_client"), "--config", str(config),
