@@ -14,7 +14,6 @@ followed (the client's rule): the error names where the API pointed to.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from http.client import HTTPResponse
 from typing import Any
@@ -76,19 +75,11 @@ class ApiClient(http.Client):
         super().__post_init__()
         self.insecure_http = self.insecure_http or insecure_http_from_env()
 
-    def open(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None = None,
-        content_type: str = "application/json",
-        timeout: float | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> HTTPResponse:
+    def open(self, *args: Any, **kwargs: Any) -> HTTPResponse:
         """:meth:`http.Client.open`, its errors as CliErrors with the CLI's advice."""
         check_transport(self.base, self.insecure_http)
         try:
-            return super().open(method, path, body, content_type, timeout, headers)
+            return super().open(*args, **kwargs)
         except http.RedirectedError as exc:
             raise CliError(
                 f"the API at {self.base} answered {exc.status} redirecting to "
