@@ -14,7 +14,7 @@
 - :mod:`gridledger_client.cloudevents`: the CloudEvents attributes of a record's headers.
 - :mod:`gridledger_client.webhooks`: Standard Webhooks signature verification.
 
-Its dependencies are aiokafka, fastavro and aiohttp only; names are imported on first
+Its dependencies are aiokafka and fastavro only; names are imported on first
 use, so ``import gridledger_client.wire`` loads no Kafka client.
 """
 
