@@ -31,6 +31,13 @@ BROKER_TIMED = frozenset({"heartbeats", "job-events", "node-events"})
 watchdog judges an agent's silence, and the scheduler a node's liveness, by when the
 platform heard it (docs/watchdog.md)."""
 
+SINGLE_PARTITION = frozenset({DEAD_LETTER, SEALS, "prices"})
+"""Low volume, read by people and tools or read whole: one partition keeps arrival order
+(every price catalog version in the order the price book folds them)."""
+KEPT_FOREVER = frozenset({SEALS, "prices"})
+"""Topics no retention may shorten: a seal proves nothing once it is gone, and the price
+book is folded from every version."""
+
 
 @dataclass(frozen=True)
 class TopicSpec:
@@ -47,8 +54,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     for suffix in TOPIC_NAMES:
         if suffix in NODE_KEYED_TOPICS:
             partitions = settings.node_partitions
-        elif suffix in (DEAD_LETTER, SEALS):
-            # Low volume, read by people and tools: one partition keeps arrival order.
+        elif suffix in SINGLE_PARTITION:
             partitions = 1
         else:
             partitions = settings.job_partitions
@@ -60,8 +66,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         if settings.replication_factor > 1:
             # Per topic as well as the broker default: a topic keeps it on any cluster.
             configs["min.insync.replicas"] = str(settings.min_insync_replicas)
-        if suffix == SEALS:
-            configs["retention.ms"] = "-1"  # a seal proves nothing once it is gone
+        if suffix in KEPT_FOREVER:
+            configs["retention.ms"] = "-1"
         if suffix in BROKER_TIMED:
             configs["message.timestamp.type"] = "LogAppendTime"
         specs.append(TopicSpec(settings.topic(suffix), partitions, configs))

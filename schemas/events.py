@@ -606,6 +606,50 @@ class NodeDrained(NodeEvent):
     reason: str = ""
 
 
+# --------------------------------------------------------------------------- prices
+
+
+class PriceEntry(BaseModel):
+    """One row of a price catalog: a GPU-hour's price from ``effective_from`` on
+    (checked by ``projections.prices``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: str
+    gpu_model: str
+    region: str = ""
+    """Empty: every region of the provider without a row of its own."""
+    per_gpu_hour: str
+    """Exact decimal text, e.g. ``'3.400000'``."""
+    effective_from: datetime
+    """A whole UTC hour, at or after the catalog's publication."""
+
+    @field_validator("effective_from")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("must be timezone-aware (UTC)")
+        return value.astimezone(UTC)
+
+
+class PriceCatalogPublished(Event):
+    """The operator published a version of the price catalog (``gridledger prices load``):
+    every price on the ledger, so that replay prices usage exactly as the sink did."""
+
+    TOPIC: ClassVar[str] = "prices"
+    KEY: ClassVar[str] = "price-catalog"
+    version: int
+    currency: str
+    entries: list[PriceEntry] = Field(default_factory=list)
+    source: str = ""
+    """The file it was loaded from (its name only)."""
+
+    @property
+    def key(self) -> str:
+        """One key: every version on one partition, in order."""
+        return self.KEY
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -647,6 +691,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeRegistered,
         NodeHeartbeat,
         NodeDrained,
+        PriceCatalogPublished,
     )
 }
 """Every event type by name."""

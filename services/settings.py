@@ -31,6 +31,7 @@ TOPIC_NAMES = (
     "accounting",
     "dead-letter",
     "ledger-seals",
+    "prices",
 )
 """Topic suffixes (docs/architecture.md, "Topics and keys"); name: ``topic_prefix + suffix``."""
 

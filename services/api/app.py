@@ -22,10 +22,10 @@ from pydantic import ValidationError
 
 from projections import usage
 from projections.fit import NodeCapacity, check_fit
-from schemas.events import CancelRequested, JobSubmitted, new_event_id
+from schemas.events import CancelRequested, JobSubmitted, PriceCatalogPublished, new_event_id
 from schemas.log_position import parse_position
 from schemas.spec import JobSpec
-from schemas.views import JOB_STATUSES, TERMINAL_STATUSES, AccountingRecord
+from schemas.views import JOB_STATUSES, TERMINAL_STATUSES
 from services.api import (
     artifacts,
     auth,
@@ -60,6 +60,7 @@ from services.api.openapi import (
 )
 from services.api.timeline import Timeline, timeline
 from services.cli.explain import explain
+from services.clock import utcnow
 from services.ledger.client import Ledger
 from services.objectstore import ObjectRef, ObjectStoreError
 from services.ops.checks import close_checks
@@ -70,6 +71,7 @@ from services.replay import export
 from services.replay.offline import fold
 from services.settings import Settings
 from services.sink import db
+from services.sink.writer import load_book
 
 log = logging.getLogger(__name__)
 
@@ -749,6 +751,52 @@ async def list_usage(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
+async def list_prices(request: web.Request) -> web.Response:
+    """GET /v1/prices: every version of the price catalog on the ledger, and its verdict."""
+    stored = await request.app[POOL].fetch(
+        "SELECT payload, accepted, problems FROM price_catalogs ORDER BY seq"
+    )
+    book = await load_book(request.app[POOL])
+    versions = []
+    for row in stored:
+        event = PriceCatalogPublished.model_validate_json(row["payload"])
+        versions.append(
+            {
+                "version": event.version,
+                "currency": event.currency,
+                "published_at": event.occurred_at.isoformat(),
+                "source": event.source,
+                "accepted": row["accepted"],
+                "problems": [{"field": f, "problem": p} for f, p in json.loads(row["problems"])],
+                "entries": [e.model_dump(mode="json") for e in event.entries],
+            }
+        )
+    body = {"currency": book.currency, "latest_version": book.version, "versions": versions}
+    return web.json_response(body)
+
+
+async def prices_in_force(request: web.Request) -> web.Response:
+    """GET /v1/prices/in-force?at=TIME: the row pricing each key at that moment (now)."""
+    try:
+        query = m.PricesQuery.model_validate(_query(request))
+    except ValidationError as exc:
+        return problem_response(422, _query_problems(exc, 5000), "invalid_query")
+    at = (query.at or utcnow()).astimezone(UTC)
+    book = await load_book(request.app[POOL])
+    rows = [
+        {
+            "provider": provider,
+            "gpu_model": gpu_model,
+            "region": region,
+            "per_gpu_hour": price.per_gpu_hour,
+            "effective_from": price.effective_from.isoformat(),
+            "version": price.version,
+        }
+        for (provider, gpu_model, region), price in book.in_force(at)
+    ]
+    return web.json_response({"at": at.isoformat(), "currency": book.currency, "prices": rows})
+
+
 async def cancel_job(request: web.Request) -> web.Response:
     """POST /v1/jobs/{job_id}/cancel: append CancelRequested; an ended job answers 409."""
     row = await _own_job(request)
@@ -1027,7 +1075,7 @@ OPERATIONS: tuple[Operation, ...] = (
         get_accounting,
         "getJobAccounting",
         "The job's accounting record",
-        {200: Reply("the record", AccountingRecord)},
+        {200: Reply("the record and its money", m.AccountingDocument)},
     ),
     Operation(
         "POST",
@@ -1085,6 +1133,26 @@ OPERATIONS: tuple[Operation, ...] = (
         "The tenant's usage by UTC hour, day or month and by group, exact to the microsecond",
         {200: Reply("a page of usage lines; follow next_cursor until it is null", m.UsagePage)},
         query=m.UsageQuery,
+        tags=("accounting",),
+    ),
+    Operation(
+        "GET",
+        "/v1/prices",
+        list_prices,
+        "listPrices",
+        "Every version of the price catalog (read-only: operators publish with "
+        "`gridledger prices load`, on the ledger)",
+        {200: Reply("the versions, oldest first", m.PriceList)},
+        tags=("accounting",),
+    ),
+    Operation(
+        "GET",
+        "/v1/prices/in-force",
+        prices_in_force,
+        "getPricesInForce",
+        "The price per GPU-hour of each provider, GPU model and region at a moment",
+        {200: Reply("the rows in force", m.PricesInForce)},
+        query=m.PricesQuery,
         tags=("accounting",),
     ),
     Operation(

@@ -17,7 +17,7 @@ from schemas.events import ENVELOPE_FIELDS, EVENT_TYPES
 from schemas.log_position import parse_position
 from schemas.spec import JobSpec, Line
 from schemas.types import FitReport
-from schemas.views import JobStatus, JobView
+from schemas.views import AccountingRecord, JobStatus, JobView
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(9000, 1, 1, tzinfo=UTC)
@@ -424,7 +424,26 @@ class SignedArtifact(Artifact):
     url_expires_at: datetime
 
 
-class AccountingRow(ApiModel):
+class Money(ApiModel):
+    """Money at the price catalog's prices (``gridledger prices``): each hour of GPU time at
+    the price in force in that hour, exact."""
+
+    currency: str = Field(description="ISO 4217 code of the catalog; '' before any catalog")
+    billable_cost: str = Field(description="exact decimal text, 9 places")
+    credited_cost: str = Field(description="exact decimal text, 9 places: credits, priced alike")
+    billable_cost_nanos: int = Field(description="the same in integer billionths")
+    credited_cost_nanos: int
+    unpriced_gpu_us: int = Field(
+        description="GPU time no catalog row covered (not in the costs): hold it for review"
+    )
+    price_versions: list[int] = Field(description="the catalog versions whose rows priced it")
+
+
+class AccountingDocument(Money, AccountingRecord):
+    """A job's accounting record (``GET /v1/jobs/{id}/accounting``) with its money."""
+
+
+class AccountingRow(Money):
     """One job's accounting totals in the tenant's listing."""
 
     job_id: str
@@ -451,7 +470,7 @@ class AccountingList(ApiModel):
     next_cursor: str | None = Field(description="pass as `cursor` for the next page; null: last")
 
 
-class UsageLine(ApiModel):
+class UsageLine(Money):
     """One period's usage of one group, in whole microseconds (exact sums of the jobs')."""
 
     line_id: str = Field(description="deterministic: the same period and group, the same id")
@@ -476,6 +495,65 @@ class UsagePage(ApiModel):
     lines: list[UsageLine]
     count: int
     next_cursor: str | None = Field(description="pass as `cursor` for the next page; null: last")
+
+
+class PricesQuery(ApiModel):
+    """Query of ``GET /v1/prices/in-force``."""
+
+    at: AwareDatetime | None = Field(
+        None, ge=EARLIEST, le=LATEST, description="the moment (default: now)"
+    )
+
+
+class PriceRow(ApiModel):
+    """One row of a catalog version: a GPU-hour's price from ``effective_from`` on."""
+
+    provider: str
+    gpu_model: str
+    region: str = Field(description="'' : every region of the provider without its own row")
+    per_gpu_hour: str = Field(description="exact decimal text")
+    effective_from: datetime
+
+
+class PriceProblem(ApiModel):
+    """Why the price book refused a version: the field and the rule."""
+
+    field: str
+    problem: str
+
+
+class PriceVersion(ApiModel):
+    """One PriceCatalogPublished event of the ledger, as the price book judged it."""
+
+    version: int
+    currency: str
+    published_at: datetime
+    source: str
+    accepted: bool = Field(description="false: it broke a rule (problems) and prices nothing")
+    problems: list[PriceProblem]
+    entries: list[PriceRow]
+
+
+class PriceList(ApiModel):
+    """The reply of GET /v1/prices: every version, in the order the book folded them."""
+
+    currency: str
+    latest_version: int
+    versions: list[PriceVersion]
+
+
+class PriceInForce(PriceRow):
+    """The row in force for one key."""
+
+    version: int = Field(description="the catalog version the row comes from")
+
+
+class PricesInForce(ApiModel):
+    """The reply of GET /v1/prices/in-force: the row pricing each key at ``at``."""
+
+    at: datetime
+    currency: str
+    prices: list[PriceInForce]
 
 
 class CancelAccepted(ApiModel):

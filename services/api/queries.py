@@ -10,6 +10,7 @@ from typing import Any
 
 import asyncpg
 
+from projections import prices
 from schemas.events import Event
 from schemas.spec import LIMITS, character_problem
 from schemas.views import IN_FLIGHT_STATUSES, TERMINAL_STATUSES
@@ -155,10 +156,29 @@ def decode_cursor(token: str, scope: str = "jobs") -> JobCursor:
     return (moment, job_id)
 
 
+def money_of(row: Any) -> dict[str, Any]:
+    """The money of an accounting record or a usage line, from its row's columns: exact
+    decimal text and integer nanos of the currency, the GPU time no price covered, and the
+    catalog versions whose rows priced it."""
+    return {
+        "currency": row["currency"] or "",
+        "billable_cost": prices.money(row["billable_cost_nanos"]),
+        "credited_cost": prices.money(row["credited_cost_nanos"]),
+        "billable_cost_nanos": row["billable_cost_nanos"],
+        "credited_cost_nanos": row["credited_cost_nanos"],
+        "unpriced_gpu_us": row["unpriced_gpu_us"],
+        "price_versions": sorted(row["price_versions"]),
+    }
+
+
 async def accounting(pool: asyncpg.Pool, job_id: str) -> dict[str, Any] | None:
-    """The job's stored accounting record, or None before the first one."""
-    record = await pool.fetchval("SELECT record FROM accounting_records WHERE job_id = $1", job_id)
-    return _json(record) if record is not None else None
+    """The job's stored accounting record with its money, or None before the first one."""
+    row = await pool.fetchrow(
+        "SELECT record, currency, billable_cost_nanos, credited_cost_nanos, unpriced_gpu_us, "
+        "price_versions FROM accounting_records WHERE job_id = $1",
+        job_id,
+    )
+    return {**_json(row["record"]), **money_of(row)} if row is not None else None
 
 
 def accounting_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -307,7 +327,8 @@ async def tenant_accounting(
     rows = await pool.fetch(
         "SELECT a.job_id, a.status, a.final, a.policy_version, a.held_seconds, a.gpu_seconds, "
         "a.metered_gpu_seconds, a.billable_gpu_seconds, a.credited_gpu_seconds, a.reconciled, "
-        "a.updated_at, a.labels, j.submitted_at FROM accounting_records a "
+        "a.updated_at, a.labels, j.submitted_at, a.currency, a.billable_cost_nanos, "
+        "a.credited_cost_nanos, a.unpriced_gpu_us, a.price_versions FROM accounting_records a "
         "JOIN jobs j USING (job_id) WHERE j.tenant = $1 "
         "AND ($5::timestamptz IS NULL OR a.updated_at >= $5) "
         "AND ($6::timestamptz IS NULL OR a.updated_at < $6) "
@@ -322,4 +343,5 @@ async def tenant_accounting(
     records, next_cursor = _page(list(rows), limit)
     for r in records:
         r["labels"] = _json(r["labels"])
+        r.update(money_of(r))
     return records, next_cursor

@@ -19,9 +19,19 @@ from typing import Any
 import asyncpg
 
 from projections import usage
-from services.api.queries import decode_token, encode_token
+from services.api.queries import decode_token, encode_token, money_of
 
 _SUMS = ("held_us", "gpu_us", "metered_gpu_us", "billable_gpu_us", "credited_gpu_us")
+MONEY_SQL = (
+    "sum(billable_cost_nanos)::bigint AS billable_cost_nanos, "
+    "sum(credited_cost_nanos)::bigint AS credited_cost_nanos, "
+    "coalesce(sum(gpu_us) FILTER (WHERE price_version IS NULL), 0)::bigint AS unpriced_gpu_us, "
+    "coalesce(array_agg(DISTINCT price_version) FILTER (WHERE price_version IS NOT NULL), "
+    "'{}') AS price_versions"
+)
+"""A group of usage_lines' money: the sums of its hours' costs (each hour at its price)."""
+CURRENCY_SQL = "(SELECT currency FROM price_catalogs WHERE accepted ORDER BY seq LIMIT 1)"
+"""The catalog's one currency (NULL before the first version)."""
 
 
 def scope(period: str, by: Sequence[str], since: datetime | None, until: datetime | None) -> str:
@@ -96,7 +106,8 @@ async def page(
     sums = ", ".join(f"sum({c})::bigint AS {c}" for c in _SUMS)
     rows = await pool.fetch(
         f"SELECT * FROM (SELECT {select}, count(DISTINCT job_id) AS jobs, {sums}, "
-        "bool_and(final) AS final FROM usage_lines WHERE tenant = $1 "
+        f"bool_and(final) AS final, {MONEY_SQL}, {CURRENCY_SQL} AS currency "
+        "FROM usage_lines WHERE tenant = $1 "
         "AND ($3::timestamptz IS NULL OR period_start >= $3) "
         "AND ($4::timestamptz IS NULL OR period_start < $4) "
         f"GROUP BY {', '.join(str(i + 1) for i in range(len(names)))}) g "
@@ -126,4 +137,5 @@ def _line(row: asyncpg.Record, period: str, by: Sequence[str]) -> dict[str, Any]
         "jobs": row["jobs"],
         **{c: row[c] for c in _SUMS},
         "final": row["final"],
+        **money_of(row),
     }

@@ -30,6 +30,10 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "cancel": ("services.cli.jobs", "cancel a job"),
     "logs": ("services.cli.logs", "a job's logs (-f follows until the job ends)"),
     "usage": ("services.cli.usage", "GPU time by period and group, per job or per attempt"),
+    "prices": (
+        "services.cli.prices",
+        "the price catalog: list, show --at, load FILE (operators)",
+    ),
     "outputs": ("services.cli.artifacts", "a job's stored outputs and checkpoints"),
     "download": ("services.cli.artifacts", "fetch a job's outputs (or one PATH)"),
     "nodes": ("services.cli.nodes", "the fleet, with its inventory source"),

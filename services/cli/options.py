@@ -5,7 +5,8 @@
 :mod:`services.cli.config` says and builds the API client only when first
 used, so ``--help`` and usage errors never need a token). ``@output_options``
 adds ``-o/--output table|wide|json|yaml|name|jsonpath=EXPR`` (``--json`` is an alias
-of ``-o json``; ``@rows_output_options`` adds ``csv``) and ``--utc``, and passes ``out``
+of ``-o json``; ``@rows_output_options`` adds ``csv`` and ``parquet``) and ``--utc``, and
+passes ``out``
 (an :class:`Output`, whose ``clock`` formats times). A command takes what it needs::
 
     @click.command()
@@ -160,7 +161,11 @@ class Output:
         text: Callable[[Any], str | None] | None = None,
     ) -> None:
         """:meth:`emit`, except that ``-o csv`` prints ``rows``: a header of the first row's
-        keys, then one line per row (RFC 4180 quoting)."""
+        keys, then one line per row (RFC 4180 quoting); ``-o parquet`` writes them as one
+        Parquet file to stdout (a Decimal value becomes an exact decimal column)."""
+        if self.format == "parquet":
+            write_parquet(rows)
+            return
         if self.format != "csv":
             self.emit(data, text)
             return
@@ -170,6 +175,24 @@ class Output:
             writer.writeheader()
             writer.writerows(rows)
         click.echo(buffer.getvalue(), nl=False)
+
+
+def write_parquet(rows: list[dict[str, Any]]) -> None:
+    """``rows`` as a Parquet file on stdout, which must not be a terminal (it is binary)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from services.cli.exits import CliError, Exit
+
+    stdout = click.get_binary_stream("stdout")
+    if stdout.isatty():
+        raise CliError(
+            "-o parquet writes a binary file: redirect it, e.g. > usage.parquet", Exit.USAGE
+        )
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), buffer)
+    stdout.write(buffer.getvalue())
+    stdout.flush()
 
 
 def names(data: Any) -> list[str]:
@@ -387,10 +410,14 @@ def output_options(f: F) -> F:
     return _output_options(f, FORMATS)
 
 
-def rows_output_options(f: F) -> F:
-    """:func:`output_options` with ``-o csv`` too, for a command whose output is rows (it
-    prints them with :meth:`Output.emit_rows`)."""
-    return _output_options(f, (*FORMATS, "csv"))
+ROW_FORMATS = (*FORMATS, "csv", "parquet")
+
+
+def rows_output_options(f: F, formats: tuple[str, ...] = ROW_FORMATS) -> F:
+    """:func:`output_options` with ``-o csv`` and ``-o parquet`` too, for a command whose
+    output is rows (it prints them with :meth:`Output.emit_rows`); ``formats``: all it
+    takes."""
+    return _output_options(f, formats)
 
 
 def _output_options(f: F, formats: tuple[str, ...]) -> F:

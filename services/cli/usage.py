@@ -6,7 +6,10 @@ page by page until the last, so the output holds every line, however many jobs.
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
@@ -15,6 +18,7 @@ import click
 from services.cli import render
 from services.cli.client import ApiClient
 from services.cli.options import (
+    ROW_FORMATS,
     Connection,
     Output,
     api_options,
@@ -23,6 +27,27 @@ from services.cli.options import (
 )
 
 _SUMS = ("held_us", "gpu_us", "metered_gpu_us", "billable_gpu_us", "credited_gpu_us")
+CLOUDEVENTS = "cloudevents"
+CE_TYPE = "gridledger.UsageLine"
+CE_SOURCE = "/gridledger/usage"
+
+
+def _money_row(item: dict[str, Any]) -> dict[str, Any]:
+    """The money columns of a line's or a record's row: costs as exact Decimals (a decimal
+    column in Parquet, the same text in CSV), the versions space-separated."""
+    return {
+        "currency": item.get("currency", ""),
+        "billable_cost": Decimal(item.get("billable_cost", "0")),
+        "credited_cost": Decimal(item.get("credited_cost", "0")),
+        "unpriced_gpu_us": item.get("unpriced_gpu_us", 0),
+        "price_versions": " ".join(str(v) for v in item.get("price_versions", [])),
+    }
+
+
+def _cost(item: dict[str, Any]) -> str:
+    """A line's or a record's billable cost as a table shows it: exact, with the currency."""
+    cost = f"{item.get('billable_cost', '0')} {item.get('currency') or ''}".strip()
+    return cost + (" +unpriced" if item.get("unpriced_gpu_us") else "")
 
 
 def _record_text(record: dict[str, Any]) -> str:
@@ -56,13 +81,14 @@ def _records_text(records: list[dict[str, Any]]) -> str:
             f"{r['gpu_seconds']:.1f}",
             f"{r['billable_gpu_seconds']:.1f}",
             f"{r['credited_gpu_seconds']:.1f}",
+            _cost(r),
         ]
         for r in records
     ]
     total_b = sum(r["billable_gpu_seconds"] for r in records)
     total_c = sum(r["credited_gpu_seconds"] for r in records)
     return (
-        render.table(["JOB", "STATUS", "FINAL", "GPU-S", "BILLABLE", "CREDITED"], rows)
+        render.table(["JOB", "STATUS", "FINAL", "GPU-S", "BILLABLE", "CREDITED", "COST"], rows)
         + f"\ntotal: {total_b:.1f} GPU-seconds billable ({render.gpu_hours(total_b)} GPU-hours), "
         f"{total_c:.1f} credited"
     )
@@ -83,12 +109,13 @@ def _lines_text(lines: list[dict[str, Any]], by: list[str]) -> str:
             seconds(line["metered_gpu_us"]),
             seconds(line["billable_gpu_us"]),
             seconds(line["credited_gpu_us"]),
+            _cost(line),
             "yes" if line["final"] else "no",
         ]
         for line in lines
     ]
     headers = ["PERIOD (UTC)", *(d.upper() for d in by)]
-    headers += ["JOBS", "GPU-S", "METERED", "BILLABLE", "CREDITED", "FINAL"]
+    headers += ["JOBS", "GPU-S", "METERED", "BILLABLE", "CREDITED", "COST", "FINAL"]
     billable = sum(line["billable_gpu_us"] for line in lines)
     return (
         render.table(headers, rows) + f"\ntotal: {seconds(billable)} GPU-seconds billable "
@@ -106,12 +133,40 @@ def _line_row(line: dict[str, Any], by: list[str]) -> dict[str, Any]:
         **{d: line["group"][d] for d in by},
         "jobs": line["jobs"],
         **{c: line[c] for c in _SUMS},
+        **_money_row(line),
         "final": line["final"],
     }
 
 
 def _record_row(r: dict[str, Any]) -> dict[str, Any]:
-    return {**r, "labels": json.dumps(r.get("labels", {}), sort_keys=True)}
+    return {**r, "labels": json.dumps(r.get("labels", {}), sort_keys=True), **_money_row(r)}
+
+
+def cloud_event(line: dict[str, Any]) -> dict[str, Any]:
+    """A final usage line as a CloudEvent (structured JSON) in the shape OpenMeter and Lago
+    ingest: the line's id is the event's (a re-export de-duplicates), the tenant its subject,
+    the period start its time; seconds as exact decimal text, money as the API gives it."""
+    data = {
+        "line_id": line["line_id"],
+        "period": line["period"],
+        "period_start": line["period_start"],
+        "period_end": line["period_end"],
+        "group": line["group"],
+        "jobs": line["jobs"],
+        **{c.removesuffix("_us") + "_seconds": seconds(line[c]) for c in _SUMS},
+        **{c: line[c] for c in ("currency", "billable_cost", "credited_cost", "price_versions")},
+        "unpriced_gpu_seconds": seconds(line.get("unpriced_gpu_us", 0)),
+    }
+    return {
+        "specversion": "1.0",
+        "id": line["line_id"],
+        "source": CE_SOURCE,
+        "type": CE_TYPE,
+        "subject": line["group"]["tenant"],
+        "time": line["period_start"],
+        "datacontenttype": "application/json",
+        "data": data,
+    }
 
 
 def every_page(client: ApiClient, path: str, params: dict[str, Any], items: str) -> list[Any]:
@@ -169,7 +224,7 @@ def _utc_time(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     help="Every job's accounting record instead (--since/--until on its latest event).",
 )
 @api_options
-@rows_output_options
+@functools.partial(rows_output_options, formats=(*ROW_FORMATS, CLOUDEVENTS))
 def usage(
     conn: Connection,
     out: Output,
@@ -184,9 +239,15 @@ def usage(
     --records, every job's accounting record; with JOB, that job's record per attempt.
 
     Every page is read, however many jobs. Seconds are exact (whole microseconds);
-    -o json and -o csv give them as integer microseconds (held_us, gpu_us,
-    metered_gpu_us, billable_gpu_us, credited_gpu_us) with a deterministic line_id.
+    -o json, csv and parquet give them as integer microseconds (held_us, gpu_us,
+    metered_gpu_us, billable_gpu_us, credited_gpu_us) with a deterministic line_id,
+    and the money at the price catalog's prices (billable_cost, credited_cost: exact
+    decimals; parquet writes a binary file to stdout). -o cloudevents prints one
+    CloudEvent per final line (NDJSON, grouped by tenant too; the id is the line's):
+    what OpenMeter and Lago ingest.
     """
+    if out.format == CLOUDEVENTS and (job or records):
+        raise click.UsageError("-o cloudevents exports usage lines: without JOB and --records")
     if job:
         record = conn.client.get(f"/v1/jobs/{job}/accounting")
         out.emit_rows(record, record.get("attempts", []), _record_text)
@@ -199,9 +260,22 @@ def usage(
         )
         out.emit_rows(found, [_record_row(r) for r in found], _records_text)
     else:
-        params = {"period": period, "by": list(group_by), "since": since, "until": until}
-        lines = every_page(conn.client, "/v1/usage", {**params, "limit": 5000}, "lines")
         by = [d.strip() for v in group_by for d in v.split(",") if d.strip()]
+        if out.format == CLOUDEVENTS and "tenant" not in by:
+            by.insert(0, "tenant")  # the subject; and ids then differ between tenants
+        params = {"period": period, "by": by, "since": since, "until": until}
+        lines = every_page(conn.client, "/v1/usage", {**params, "limit": 5000}, "lines")
+        if out.format == CLOUDEVENTS:
+            final = [line for line in lines if line["final"]]
+            for line in final:
+                click.echo(json.dumps(cloud_event(line), sort_keys=True))
+            if len(final) < len(lines):
+                print(
+                    f"{len(lines) - len(final)} line(s) not final yet left out (their jobs "
+                    "still run or wait for their end): export them again once final",
+                    file=sys.stderr,
+                )
+            return 0
         out.emit_rows(
             {"period": period, "by": by, "lines": lines},
             [_line_row(line, by) for line in lines],

@@ -7,12 +7,12 @@ rebuilt table is byte-for-byte what the live sink wrote.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from projections import usage
+from projections.prices import PricedPiece, Problem
 from schemas.events import (
     EVENT_TYPES,
     Event,
@@ -22,6 +22,7 @@ from schemas.events import (
     NodeEvent,
     NodeHeartbeat,
     NodeRegistered,
+    PriceCatalogPublished,
 )
 from schemas.trusted import json_builder
 from schemas.views import TERMINAL_STATUSES, AccountingRecord, AttemptView, JobView
@@ -149,8 +150,9 @@ def failure_row(view: JobView, event: Event) -> Row | None:
     }
 
 
-def accounting_row(record: AccountingRecord) -> Row:
-    """The accounting_records row of a job's record: its totals, and the record itself."""
+def accounting_row(record: AccountingRecord, pieces: Sequence[PricedPiece] = ()) -> Row:
+    """The accounting_records row of a job's record: its totals, the record itself, and
+    its money: the sums of its priced hourly pieces (``pieces``)."""
     return {
         "job_id": record.job_id,
         "tenant": record.tenant,
@@ -166,6 +168,11 @@ def accounting_row(record: AccountingRecord) -> Row:
         "updated_at": record.updated_at,
         "record": dump(record),
         "labels": json.dumps(record.labels),
+        "currency": next((p.price.currency for p in pieces if p.price), ""),
+        "billable_cost_nanos": sum(p.billable_nanos for p in pieces),
+        "credited_cost_nanos": sum(p.credited_nanos for p in pieces),
+        "unpriced_gpu_us": sum(p.piece.gpu_us for p in pieces if p.price is None),
+        "price_versions": sorted({p.price.version for p in pieces if p.price}),
     }
 
 
@@ -197,8 +204,9 @@ def accounting_attempt_rows(record: AccountingRecord) -> list[Row]:
     ]
 
 
-def usage_rows(record: AccountingRecord, ticks: Iterable[MeterTick]) -> list[Row]:
-    """The usage_lines rows of a record: ``projections.usage.split`` by hour."""
+def usage_rows(pieces: Iterable[PricedPiece]) -> list[Row]:
+    """The usage_lines rows of a record: ``projections.prices.priced`` (its usage split by
+    hour, each hour at its price)."""
     return [
         {
             "job_id": p.job_id,
@@ -215,9 +223,29 @@ def usage_rows(record: AccountingRecord, ticks: Iterable[MeterTick]) -> list[Row
             "billable_gpu_us": p.billable_gpu_us,
             "credited_gpu_us": p.credited_gpu_us,
             "final": p.final,
+            "price_version": priced.price.version if priced.price else None,
+            "per_gpu_hour_micros": priced.price.micros if priced.price else None,
+            "billable_cost_nanos": priced.billable_nanos,
+            "credited_cost_nanos": priced.credited_nanos,
         }
-        for p in usage.split(record, ticks, "hour")
+        for priced in pieces
+        for p in (priced.piece,)
     ]
+
+
+def price_catalog_row(event: PriceCatalogPublished, seq: int, problems: Sequence[Problem]) -> Row:
+    """The price_catalogs row of a catalog event: accepted unless ``problems``."""
+    return {
+        "event_id": event.event_id,
+        "seq": seq,
+        "version": event.version,
+        "currency": event.currency,
+        "published_at": event.occurred_at,
+        "source": event.source,
+        "accepted": not problems,
+        "problems": json.dumps([list(p) for p in problems]),
+        "payload": dump(event),
+    }
 
 
 def log_chunk_row(chunk: LogChunk) -> Row:

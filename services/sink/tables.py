@@ -183,7 +183,9 @@ TABLES: dict[str, Table] = {
             "held_seconds double precision, gpu_seconds double precision, "
             "metered_gpu_seconds double precision, billable_gpu_seconds double precision, "
             "credited_gpu_seconds double precision, reconciled boolean, "
-            "updated_at timestamptz, record jsonb, labels jsonb",
+            "updated_at timestamptz, record jsonb, labels jsonb, currency text, "
+            "billable_cost_nanos bigint, credited_cost_nanos bigint, unpriced_gpu_us bigint, "
+            "price_versions integer[]",
         ),
         declare(
             "accounting_attempts",
@@ -247,7 +249,15 @@ TABLES: dict[str, Table] = {
             "job_id text, attempt integer, period_start timestamptz, tenant text, "
             "labels jsonb, provider text, region text, gpu_model text, held_us bigint, "
             "gpu_us bigint, metered_gpu_us bigint, billable_gpu_us bigint, "
-            "credited_gpu_us bigint, final boolean",
+            "credited_gpu_us bigint, final boolean, price_version integer, "
+            "per_gpu_hour_micros bigint, billable_cost_nanos bigint, credited_cost_nanos bigint",
+        ),
+        declare(
+            "price_catalogs",
+            ("event_id",),
+            "event_id text, seq integer, version integer, currency text, "
+            "published_at timestamptz, source text, accepted boolean, problems jsonb, "
+            "payload jsonb",
         ),
         # Webhooks (services/webhooks): the API's subscriptions and the delivery service's
         # queue and log; stored, never derived from the ledger.

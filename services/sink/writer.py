@@ -24,9 +24,10 @@ from typing import TypeVar
 
 import asyncpg
 
-from projections import accounting, job_state
+from projections import accounting, job_state, prices
 from projections.accounting import AccountingPolicy
-from schemas.events import Event, LogChunk, MeterTick, NodeEvent
+from projections.prices import PriceBook
+from schemas.events import Event, LogChunk, MeterTick, NodeEvent, PriceCatalogPublished
 from schemas.views import AccountingRecord, JobView
 from services.ledger.client import LedgerRecord
 from services.ops.logs import attach_context, event_context
@@ -38,7 +39,7 @@ from services.sink.tables import TABLES, insert_ignore, upsert
 
 _T = TypeVar("_T")
 
-CONSUMED_TOPICS = ("job-events", "log-chunks", "meter-ticks", "node-events")
+CONSUMED_TOPICS = ("job-events", "log-chunks", "meter-ticks", "node-events", "prices")
 """Topic suffixes the sink reads."""
 
 
@@ -100,6 +101,7 @@ class ReadModelWriter:
         chunks: list[LogChunk] = []
         ticks: list[MeterTick] = []
         node_events: list[NodeEvent] = []
+        catalogs: list[PriceCatalogPublished] = []
         for record in records:
             suffix = self._suffix.get(record.topic)
             value = record.value
@@ -111,12 +113,15 @@ class ReadModelWriter:
                 ticks.append(value)
             elif suffix == "node-events" and isinstance(value, NodeEvent):
                 node_events.append(value)
+            elif suffix == "prices" and isinstance(value, PriceCatalogPublished):
+                catalogs.append(value)
         await self.cache.begin(conn)
         batch = _Batch(conn, self.cache)
+        book = await batch.prices(catalogs)
         await batch.jobs(job_events, ticks)
         await batch.log_chunks(chunks)
         await batch.node_events(node_events)
-        await batch.flush(self.policy)
+        await batch.flush(self.policy, book)
         self.cache.stage(batch.states)
 
 
@@ -281,7 +286,37 @@ class _Batch:
             row = self.nodes.get(node_id) or rows.new_node_row(node_id)
             self.nodes[node_id] = rows.evolve_node(row, event)
 
-    async def flush(self, policy: AccountingPolicy) -> None:
+    async def prices(self, catalogs: list[PriceCatalogPublished]) -> PriceBook | None:
+        """Store the new catalog events, each with the book's verdict, and have every job
+        with usage from the earliest new row's hour on priced again (a catalog never
+        reaches back before its publication, so only those can change). The book, read
+        back from the table, or None when nothing in the batch needs it."""
+        catalogs = _first_per_key(catalogs, lambda e: e.event_id)
+        if catalogs:
+            fresh = await self._new_only("price_catalogs", [e.event_id for e in catalogs])
+            catalogs = [e for e in catalogs if e.event_id in fresh]
+        book = await load_book(self.conn)
+        if not catalogs:
+            return book
+        seq = await self.conn.fetchval("SELECT coalesce(max(seq), 0) FROM price_catalogs")
+        catalog_rows = []
+        starts = []
+        for event in catalogs:
+            seq += 1
+            problems = book.apply(event)
+            catalog_rows.append(rows.price_catalog_row(event, seq, problems))
+            if not problems:
+                starts += [entry.effective_from for entry in event.entries]
+        await _insert_new(self.conn, "price_catalogs", catalog_rows)
+        if starts:
+            repriced = await self.conn.fetch(
+                "SELECT DISTINCT job_id FROM usage_lines WHERE period_start >= $1", min(starts)
+            )
+            await self._states(r["job_id"] for r in repriced)
+            self.accounting_due.update(r["job_id"] for r in repriced)
+        return book
+
+    async def flush(self, policy: AccountingPolicy, book: PriceBook | None = None) -> None:
         await insert_ignore(self.conn, "failures", self.failures, returning=None)
         views = [v for j in sorted(self.changed_views) if (v := self.states[j].view) is not None]
         await upsert(self.conn, "jobs", [rows.job_row(v) for v in views])
@@ -293,14 +328,18 @@ class _Batch:
         await upsert(self.conn, "nodes", list(self.nodes.values()))
         # Ticks before the job's first event are accounted once JobSubmitted arrives.
         due = [self.states[j] for j in sorted(self.accounting_due) if self.states[j].history]
+        book = book if book is not None else PriceBook()
         accounted = [
             # The view is the fold of exactly the history: it saves account() a re-fold.
-            (account(state.history, ticks, policy, view=state.view), ticks)
+            (record, prices.priced(book, record, ticks))
             for state in due
             for ticks in (state.sorted_ticks(),)
+            for record in (account(state.history, ticks, policy, view=state.view),)
         ]
         records = [r for r, _ in accounted]
-        await upsert(self.conn, "accounting_records", [rows.accounting_row(r) for r in records])
+        await upsert(
+            self.conn, "accounting_records", [rows.accounting_row(r, p) for r, p in accounted]
+        )
         await upsert(
             self.conn,
             "accounting_attempts",
@@ -314,9 +353,15 @@ class _Batch:
         await insert_ignore(
             self.conn,
             "usage_lines",
-            [line for r, ticks in accounted for line in rows.usage_rows(r, ticks)],
+            [line for _, pieces in accounted for line in rows.usage_rows(pieces)],
             returning=None,
         )
+
+
+async def load_book(conn: asyncpg.Connection) -> PriceBook:
+    """The price book folded from the stored catalog events, in their topic order."""
+    stored = await conn.fetch("SELECT payload FROM price_catalogs ORDER BY seq")
+    return PriceBook(PriceCatalogPublished.model_validate_json(r["payload"]) for r in stored)
 
 
 async def _insert_new(conn: asyncpg.Connection, table: str, event_rows: list[Row]) -> None:

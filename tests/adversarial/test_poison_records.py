@@ -70,6 +70,7 @@ DEAD_LETTERED = (
     ("sink", "log-chunks"),
     ("sink", "meter-ticks"),
     ("sink", "node-events"),
+    ("sink", "prices"),
 )
 """(consumer, topic) pairs that must have parked the poison they read: each service on
 each topic it consumes live. ``job-state`` and ``accounting`` are read only by the

@@ -38,6 +38,11 @@ async def test_usage_by_period_and_label_as_csv_and_table(
         "metered_gpu_us",
         "billable_gpu_us",
         "credited_gpu_us",
+        "currency",
+        "billable_cost",
+        "credited_cost",
+        "unpriced_gpu_us",
+        "price_versions",
         "final",
     ]
     assert {r["label:project"]: int(r["billable_gpu_us"]) for r in rows} == {

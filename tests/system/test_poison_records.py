@@ -31,7 +31,7 @@ pytestmark = pytest.mark.integration
 GARBAGE = b"\xc3\x01 not a gridledger record"
 NODE = "node-p"
 READS = {
-    "sink": ("job-events", "log-chunks", "meter-ticks", "node-events"),
+    "sink": ("job-events", "log-chunks", "meter-ticks", "node-events", "prices"),
     "processors": ("job-events", "heartbeats", "meter-ticks"),
     "scheduler": ("job-events", "node-events"),
     f"agent-{NODE}": ("node-commands",),
