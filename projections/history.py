@@ -28,14 +28,22 @@ from schemas.events import (
     NodeEvent,
     OutputFailed,
     OutputStored,
+    PriceCatalogPublished,
     ProcessExited,
 )
 from schemas.spec import JobSpec
 
 E = TypeVar("E", bound=Event)
 
-STREAM_EVENTS: tuple[type[Event], ...] = (AttemptHeartbeat, LogChunk, MeterTick, NodeEvent)
-"""Per-attempt streams and node events: not job-events, ignored by the job folds."""
+STREAM_EVENTS: tuple[type[Event], ...] = (
+    AttemptHeartbeat,
+    LogChunk,
+    MeterTick,
+    NodeEvent,
+    PriceCatalogPublished,
+)
+"""Per-attempt streams, node events and the price catalog: not job-events, ignored by the
+job folds."""
 
 
 def is_job_event(event: Event) -> bool:

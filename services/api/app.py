@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from projections import usage
 from projections.fit import NodeCapacity, check_fit
+from projections.prices import PriceBook
 from schemas.events import CancelRequested, JobSubmitted, PriceCatalogPublished, new_event_id
 from schemas.log_position import parse_position
 from schemas.spec import JobSpec
@@ -752,25 +753,24 @@ async def list_usage(request: web.Request) -> web.Response:
 
 
 async def list_prices(request: web.Request) -> web.Response:
-    """GET /v1/prices: every version of the price catalog on the ledger, and its verdict."""
-    stored = await request.app[POOL].fetch(
-        "SELECT payload, accepted, problems FROM price_catalogs ORDER BY seq"
-    )
-    book = await load_book(request.app[POOL])
-    versions = []
-    for row in stored:
-        event = PriceCatalogPublished.model_validate_json(row["payload"])
-        versions.append(
-            {
-                "version": event.version,
-                "currency": event.currency,
-                "published_at": event.occurred_at.isoformat(),
-                "source": event.source,
-                "accepted": row["accepted"],
-                "problems": [{"field": f, "problem": p} for f, p in json.loads(row["problems"])],
-                "entries": [e.model_dump(mode="json") for e in event.entries],
-            }
-        )
+    """GET /v1/prices: every version of the price catalog on the ledger, and the price
+    book's verdict on it (the fold of :class:`projections.prices.PriceBook`)."""
+    stored = await request.app[POOL].fetch("SELECT payload FROM price_catalogs ORDER BY seq")
+    events = [PriceCatalogPublished.model_validate_json(r["payload"]) for r in stored]
+    book = PriceBook(events)
+    refused = {e.event_id: problems for e, problems in book.refused}
+    versions = [
+        {
+            "version": event.version,
+            "currency": event.currency,
+            "published_at": event.occurred_at.isoformat(),
+            "source": event.source,
+            "accepted": event.event_id not in refused,
+            "problems": [{"field": f, "problem": p} for f, p in refused.get(event.event_id, [])],
+            "entries": [e.model_dump(mode="json") for e in event.entries],
+        }
+        for event in events
+    ]
     body = {"currency": book.currency, "latest_version": book.version, "versions": versions}
     return web.json_response(body)
 

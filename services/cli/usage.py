@@ -68,6 +68,7 @@ def _record_text(record: dict[str, Any]) -> str:
     head = f"{render.bold(record['job_id'])}  {render.status(record.get('status', ''))}" + (
         "" if record.get("final") else "  (not final)"
     )
+    head += f"  cost {_cost(record)}, credited {record.get('credited_cost', '0')}"
     headers = ["ATT", "NODE", "GPUS", "HELD", "GPU-S", "METERED", "SIDE", "BILLABLE", "CREDITED"]
     return head + "\n" + render.table(headers, rows)
 

@@ -100,6 +100,7 @@ async def test_every_event_type_goes_to_its_own_topic_and_reads_back_equal(ledge
     for suffix in ("job-events", "heartbeats", "log-chunks", "meter-ticks"):
         read_back += await ledger.history("job-1", suffix)
     read_back += [r.event for r in await every(ledger, "node-events")]
+    read_back += [r.event for r in await every(ledger, "prices")]
     by_id = {e.event_id: e for e in read_back}
     for event in events:
         assert by_id.get(event.event_id) == event, f"{event.type} did not come back equal"

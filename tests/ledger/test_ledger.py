@@ -21,6 +21,7 @@ async def test_every_event_type_is_appended_and_read_back_equal(topics):
         for suffix in ("job-events", "heartbeats", "log-chunks", "meter-ticks"):
             read_back += await ledger.history("job-1", suffix)
         read_back += [r.event async for r in ledger.read_partitions(topics.topic("node-events"))]
+        read_back += [r.event async for r in ledger.read_partitions(topics.topic("prices"))]
     by_id = {e.event_id: e for e in read_back}
     for event in events:
         assert by_id.get(event.event_id) == event, f"{event.type} did not come back equal"
