@@ -252,13 +252,6 @@ TABLES: dict[str, Table] = {
             "credited_gpu_us bigint, final boolean, price_version integer, "
             "per_gpu_hour_micros bigint, billable_cost_nanos bigint, credited_cost_nanos bigint",
         ),
-        declare(
-            "price_catalogs",
-            ("event_id",),
-            "event_id text, seq integer, version integer, currency text, "
-            "published_at timestamptz, source text, accepted boolean, problems jsonb, "
-            "payload jsonb",
-        ),
         # Webhooks (services/webhooks): the API's subscriptions and the delivery service's
         # queue and log; stored, never derived from the ledger.
         declare(
@@ -290,6 +283,13 @@ TABLES: dict[str, Table] = {
             "attempt integer, at timestamptz, status_code integer, latency_ms integer, "
             "ok boolean, error text",
             derived=False,
+        ),
+        declare(
+            "price_catalogs",
+            ("event_id",),
+            "event_id text, seq integer, version integer, currency text, "
+            "published_at timestamptz, source text, accepted boolean, problems jsonb, "
+            "payload jsonb",
         ),
     )
 }

@@ -15,9 +15,11 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -108,6 +110,12 @@ def test_every_problem_of_a_catalog_is_named_at_once() -> None:
         "prices[1].provider",
         "prices[1].region",
     ]
+
+
+def test_the_example_catalog_is_valid() -> None:
+    example = Path(__file__).parents[2] / "examples" / "prices" / "catalog.yaml"
+    parsed = parse_catalog(yaml.safe_load(example.read_text()))
+    assert parsed.currency == "EUR" and len(parsed.entries) == 3
 
 
 def test_a_price_is_kept_exactly() -> None:
