@@ -5,7 +5,9 @@ private stack. Postgres's postmaster is killed while a job runs; a submission
 during the outage is accepted (the ledger does not need Postgres), even by an
 API restarted in the middle of the outage; after the restart the sink catches
 up by itself, every job shows its true status, and ``replay --verify`` finds the
-tables equal to the ledger.
+tables equal to the ledger. An SSE client of ``GET /v1/events`` rides it all out
+(its stream ends with the outage, the API restarts): resuming with
+``Last-Event-ID`` it receives every event of every job once.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from collections.abc import Iterator, Mapping
 import pytest
 
 from infra.services import LOCAL_AGENT_ENV, ServiceSpec
+from tests.sse import Follower
 from tests.system.outage_stack import SPEC_OK, PrivateStack, Reply, write_inventory
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +71,8 @@ def test_a_postgres_kill_and_restart_loses_nothing_and_stops_no_service(
         )
 
     stack.wait(node_ready, 120, "the agent to register")
+    follower = Follower(f"http://127.0.0.1:{stack.settings.api_port}", stack.token).start()
+    assert follower.connected.wait(60), "the event stream did not open"
     before = submit(stack, SPEC_OK)
     stack.wait(lambda: stack.status_of(before) == "succeeded", 180, f"{before} to succeed")
     spanning = submit(stack, SPEC_SPANNING)
@@ -111,6 +117,23 @@ def test_a_postgres_kill_and_restart_loses_nothing_and_stops_no_service(
         )
     assert stack.status_of(before) == "succeeded"
     stack.services.check_alive()
+
+    jobs = [before, spanning, during.body["job_id"], restarted.body["job_id"]]
+
+    def streamed_all() -> bool:
+        return all(
+            follower.ids_of(j)
+            == [e["event_id"] for e in stack.call("GET", f"/v1/jobs/{j}/events").body["events"]]
+            for j in jobs
+        )
+
+    try:
+        wait_until(streamed_all, "the SSE client to have every stored event of every job", 60)
+    finally:
+        follower.stop()
+    ids = [e["id"] for e in follower.events]
+    assert len(ids) == len(set(ids)), "an event came twice over the stream"
+    assert follower.connections >= 2
 
     sink_log = stack.log_of("sink")
     assert sink_log.count("Postgres at") >= 2, sink_log[-3000:]
