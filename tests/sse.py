@@ -9,8 +9,11 @@ import json
 import socket
 import threading
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.waiting import wait_until
 
 
 @dataclass
@@ -122,6 +125,22 @@ class Follower:
             if frame is not None and frame.data is not None:
                 self.events.append(frame.data)
                 self.last_id = frame.id
+
+    def check_every_event_once(
+        self, jobs: list[str], stored: Callable[[str], list[str]], timeout_s: float = 60
+    ) -> None:
+        """Wait until the stream has shown, for each job, exactly its ``stored`` event ids in
+        order; then no event may have come twice. Stops the follower."""
+        try:
+            wait_until(
+                lambda: all(self.ids_of(j) == stored(j) for j in jobs),
+                "the SSE client to have every stored event of every job",
+                timeout_s,
+            )
+        finally:
+            self.stop()
+        ids = [e["id"] for e in self.events]
+        assert len(ids) == len(set(ids)), "an event came twice over the stream"
 
     def ids_of(self, job_id: str) -> list[str]:
         """The event ids received for ``job_id``, in the order they came."""

@@ -15,7 +15,7 @@ import pytest
 
 from tests.api.conftest import Api
 from tests.cli.conftest import gridledger
-from tests.cli.test_commands import SPEC
+from tests.cli.test_conventions import submit
 from tests.cutter import Cutter
 from tests.sink.scenario import run_facts
 from tests.waiting import eventually
@@ -30,10 +30,7 @@ async def test_a_dropped_follow_resumes_after_the_last_line_with_no_gap_and_no_r
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     api = cli_env
-    spec = tmp_path / "job.yaml"
-    spec.write_text(SPEC)
-    assert await gridledger("submit", str(spec)) == 0
-    job_id = capsys.readouterr().out.strip()
+    job_id = await submit(api, tmp_path, capsys)
     script = run_facts(job_id, submit=False, lines=10)
     chunks = script.log_chunks
     await api.ledger.append_many([*script.job_events[:6], *chunks[:4]])

@@ -17,7 +17,6 @@ import pytest
 from tests.sse import Follower
 from tests.system.conftest import System, bound_s, run_system, sh, system_settings, workdir
 from tests.system.outage_stack import PrivateStack
-from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -66,15 +65,7 @@ def test_jobs_running_through_a_broker_outage_end_with_their_true_status(
     system.wait_terminal(list(jobs), 240)  # check_alive on every poll: no service died
 
     # The event stream: every stored event of every job, once, in order, across the cut.
-    def streamed_all() -> bool:
-        return all(follower.ids_of(j) == [e["event_id"] for e in system.events(j)] for j in jobs)
-
-    try:
-        wait_until(streamed_all, "the SSE client to have every stored event of every job", 60)
-    finally:
-        follower.stop()
-    ids = [e["id"] for e in follower.events]
-    assert len(ids) == len(set(ids)), "an event came twice over the stream"
+    follower.check_every_event_once(list(jobs), lambda j: [e["event_id"] for e in system.events(j)])
     assert follower.connections >= 2
 
     for job_id, code in jobs.items():

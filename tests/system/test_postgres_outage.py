@@ -21,7 +21,6 @@ import pytest
 from infra.services import LOCAL_AGENT_ENV, ServiceSpec
 from tests.sse import Follower
 from tests.system.outage_stack import SPEC_OK, PrivateStack, Reply, write_inventory
-from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -118,21 +117,10 @@ def test_a_postgres_kill_and_restart_loses_nothing_and_stops_no_service(
     assert stack.status_of(before) == "succeeded"
     stack.services.check_alive()
 
-    jobs = [before, spanning, during.body["job_id"], restarted.body["job_id"]]
-
-    def streamed_all() -> bool:
-        return all(
-            follower.ids_of(j)
-            == [e["event_id"] for e in stack.call("GET", f"/v1/jobs/{j}/events").body["events"]]
-            for j in jobs
-        )
-
-    try:
-        wait_until(streamed_all, "the SSE client to have every stored event of every job", 60)
-    finally:
-        follower.stop()
-    ids = [e["id"] for e in follower.events]
-    assert len(ids) == len(set(ids)), "an event came twice over the stream"
+    follower.check_every_event_once(
+        [before, spanning, during.body["job_id"], restarted.body["job_id"]],
+        lambda j: [e["event_id"] for e in stack.call("GET", f"/v1/jobs/{j}/events").body["events"]],
+    )
     assert follower.connections >= 2
 
     sink_log = stack.log_of("sink")
