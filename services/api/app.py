@@ -1029,7 +1029,8 @@ OPERATIONS: tuple[Operation, ...] = (
         {
             200: Reply(
                 "text/plain, or application/x-ndjson with one LogLine per line: chunks, "
-                "{keepalive: true} while a followed job is quiet, and a final {end: true, status}",
+                "{keepalive: true} while a followed job is quiet, {skipped: POSITION} when tail or "
+                "since left chunks out, and a final {end: true, status}",
                 media={"text/plain": {"schema": {"type": "string"}}},
                 model=m.LogLine,
                 model_media="application/x-ndjson",

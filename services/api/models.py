@@ -347,7 +347,8 @@ class EventList(ApiModel):
 
 
 class LogLine(ApiModel):
-    """One line of the NDJSON log stream: a chunk, a keepalive, or the end marker."""
+    """One line of the NDJSON log stream: a chunk, a keepalive, what the filters skipped, or
+    the end marker."""
 
     attempt: int | None = None
     stream: str | None = None
@@ -358,6 +359,11 @@ class LogLine(ApiModel):
     truncated: bool | None = None
     occurred_at: datetime | None = None
     keepalive: bool | None = Field(None, description="nothing new; the stream is alive")
+    skipped: str | None = Field(
+        None,
+        description="the chunks `tail`/`since` left out (ATTEMPT:STREAM:SEQ, as `after` takes): "
+        "a reader that resumes sends them in `after` too",
+    )
     end: bool | None = Field(None, description="the last line; `status` is the job's")
     status: str | None = None
 
