@@ -35,7 +35,8 @@ MEANINGS: dict[Exit, str] = {
     "succeeded_with_errors), or a check found a problem (`replay --verify`, `replay --file`, "
     "`dev status`, `health`)",
     Exit.USAGE: "the command line is wrong: unknown option, missing argument, missing file",
-    Exit.INVALID_SPEC: "the job spec was refused; each field, problem and fix is printed",
+    Exit.INVALID_SPEC: "the job spec (or a price catalog) was refused; each field, problem and "
+    "fix is printed",
     Exit.NOT_FOUND: "no such job (for this token), or no such attempt of it",
     Exit.API_UNREACHABLE: "the API could not be reached or is unavailable (HTTP 502/503/504): "
     "retry later",
