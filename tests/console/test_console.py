@@ -618,7 +618,8 @@ def test_controls_are_named_states_are_words_and_ids_copy(console: Console) -> N
     driver.execute_script("navigator.clipboard.writeText('')")
     browser.wait_for(lambda: copy("#head") == job_id, 10, "the job's copy button")
     browser.wait_for(lambda: clipboard() == job_id, 10, "the id on the clipboard")
-    assert "Copied" in console.text("#head button.copy")
+    said = driver.find_element(By.CSS_SELECTOR, "#head button.copy")
+    assert "Copied" in said.text and said.accessible_name == f"Copied the job id {job_id}"
 
     console.open("/console/fleet")
     browser.wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".gpu"), 30, "the fleet")

@@ -207,8 +207,11 @@ const GL = (() => {
           area.remove();
         }
       } catch (_) { ok = false; }
+      // The focused button's name changes too, so a screen reader says it as well.
+      const name = button.getAttribute("aria-label");
       button.textContent = ok ? "Copied ✓" : "Copy failed";
-      setTimeout(() => { button.textContent = "Copy"; }, 2000);
+      button.setAttribute("aria-label", ok ? `Copied the ${what} ${text}` : `Could not copy the ${what}`);
+      setTimeout(() => { button.textContent = "Copy"; button.setAttribute("aria-label", name); }, 2000);
     });
     return button;
   }
