@@ -47,12 +47,16 @@ pytestmark = pytest.mark.integration
 
 JOB = "job-sealed"
 """The job whose partition of job-events gets the tampering."""
-OTHER = next(
-    job
-    for job in (f"job-other-{n}" for n in range(100))
-    if partition_for(job, 6) != partition_for(JOB, 6)
-)
-"""A job on another partition of job-events (with the default six partitions)."""
+
+
+def other_job(settings: Settings) -> str:
+    """A job on another partition of job-events than JOB."""
+    count = settings.job_partitions
+    return next(
+        job
+        for job in (f"job-other-{n}" for n in range(100))
+        if partition_for(job, count) != partition_for(JOB, count)
+    )
 
 
 @pytest_asyncio.fixture
@@ -76,11 +80,11 @@ async def sealing(topics: Settings, tmp_path: Path) -> AsyncIterator[Settings]:
 
 
 async def append(settings: Settings, count: int) -> None:
-    """``count`` submissions of JOB (one partition), one of OTHER (another one) and two
+    """``count`` submissions of JOB (one partition), one of another job (another partition) and two
     records on log-chunks that no consumer could decode: 3 + ``count`` records."""
     async with Ledger(settings, "test") as ledger:
         await ledger.append_many([submitted(JOB) for _ in range(count)])
-        await ledger.append(submitted(OTHER))
+        await ledger.append(submitted(other_job(settings)))
         # What no consumer could decode is sealed like the rest: hashing takes any bytes.
         await ledger.send_raw(settings.topic("log-chunks"), JOB.encode(), b"\xff\x00", [])
         await ledger.send_raw(settings.topic("log-chunks"), JOB.encode(), None, [("h", b"")])
