@@ -212,6 +212,29 @@ def _from_avro(name: str, record: dict[str, Any], trusted: bool = False) -> Base
         raise EventDecodeError(f"{name} does not validate: {exc}") from exc
 
 
+def decode_written(data: bytes, name: str, version: int, schema: dict[str, Any]) -> Event:
+    """Decode an event written with ``schema`` (one this build may not store: an exported
+    file's), resolved to the current model's schema and validated. Any problem with the
+    schema or the body is an :class:`EventDecodeError`."""
+    reg = registry()
+    reader = reg.readers.get(name)
+    if reader is None or name not in EVENT_TYPES:
+        raise EventDecodeError(f"{name!r} is no event this build knows")
+    try:
+        writer = wire.StoredSchema.of(name, version, schema)
+    except Exception as exc:  # fastavro raises many types for a malformed schema
+        raise EventDecodeError(f"not an Avro schema of {name}: {exc!r}") from exc
+    if bytes(data[2:10]) != writer.fingerprint.to_bytes(8, "little"):
+        raise EventDecodeError(f"the payload was not written with this {name} schema")
+    try:
+        record = reg.read(bytes(data), writer, reader)
+    except wire.DecodeError as exc:
+        raise EventDecodeError(str(exc)) from exc
+    event = _from_avro(name, record)
+    assert isinstance(event, Event)  # name is one of EVENT_TYPES
+    return event
+
+
 def decode_event(data: bytes, *, trusted: bool = False) -> Event:
     """Decode bytes that must hold an event (not a view); ``trusted`` as for :func:`decode`."""
     obj = decode(data, trusted=trusted)

@@ -193,6 +193,17 @@ def _dumped(model: type[BaseModel], value: Any) -> Any:
         return value
 
 
+def _stored(data: bytes, described: Any) -> Event:
+    """The event a record's bytes hold: decoded with this build's stored schema of its
+    fingerprint, else with the file's (a file of a newer release: its schemas only add
+    fields with defaults, which the current model's schema resolves)."""
+    schema = described.get("schema") if isinstance(described, dict) else None
+    if codec.writer_of(data) is not None or not isinstance(schema, dict):
+        return codec.decode_event(data)
+    name, version = str(described.get("name")), int(described.get("version") or 0)
+    return codec.decode_written(data, name, version, schema)
+
+
 def _event(
     entry: dict[str, Any], where: str, out: JobReplayed, schemas: dict[str, Any]
 ) -> Event | None:
@@ -210,7 +221,7 @@ def _event(
         return None
     try:
         data = base64.b64decode(entry.get("avro") or "", validate=True)
-        stored = codec.decode_event(data)
+        stored = _stored(data, schemas.get(str(entry.get("fingerprint"))))
     except (binascii.Error, ValueError, TypeError, EventDecodeError) as exc:
         out.differences.append(Difference(f"{where}.avro", "(undecodable)", str(exc)[:200]))
         return event

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import base64
 import copy
+import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import fastavro
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from projections.decisions import react_all
 from schemas import codec
-from schemas.events import Event, MeterTick, ProcessExited
+from schemas.events import ENVELOPE_FIELDS, Event, MeterTick, ProcessExited
 from services.replay.export import JobRecord, as_of, document, job_export, merge
 from services.replay.offline import differences, fold, replay_document
 from tests.sink.scenario import run_facts
@@ -183,3 +185,27 @@ def test_any_json_in_any_place_is_a_finding_never_a_crash(garbage: Any, part: st
     report = replay_document(doc)
     assert report.lines()[-1] in ("EQUAL", "DIFFERENT")
     assert report.ok == (part == "jobs" and garbage == [])  # no jobs: nothing differs
+
+
+def test_a_record_of_a_schema_this_release_does_not_store_decodes_with_the_files() -> None:
+    """A newer release adds a field with a default: its file replays here, with its schema."""
+    doc = copy.deepcopy(EXPORTED)
+    record = next(r for r in doc["jobs"][0]["records"] if r["type"] == "ProcessExited")
+    newer = copy.deepcopy(doc["schemas"][record["fingerprint"]])
+    newer["version"] += 1
+    newer["schema"]["fields"].append({"name": "later", "type": "string", "default": ""})
+    fp = codec.fingerprint(newer["schema"])
+    event = ProcessExited.model_validate(record["payload"])
+    fields = event.model_dump()
+    body = {"envelope": {k: fields.pop(k) for k in ENVELOPE_FIELDS}, **fields, "later": "x"}
+    out = io.BytesIO()
+    out.write(codec.MAGIC + fp.to_bytes(8, "little"))
+    fastavro.schemaless_writer(out, fastavro.parse_schema(newer["schema"]), body)
+    record["avro"] = base64.b64encode(out.getvalue()).decode()
+    record["fingerprint"] = codec.fingerprint_hex(fp)
+    doc["schemas"][codec.fingerprint_hex(fp)] = newer
+    report = replay_document(doc)
+    assert report.ok, report.lines()
+
+    del doc["schemas"][codec.fingerprint_hex(fp)]  # without its schema it cannot be read
+    assert "jobs[0].records" in " ".join(where(doc))
