@@ -29,6 +29,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import NewTopic
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from infra.private import free_port
 from infra.topics import admin_client, delete_topics, ensure_topics
 from services.cli.main import main
 from services.ledger import Ledger, partition_for
@@ -199,6 +200,26 @@ async def test_an_untouched_ledger_verifies_from_the_topic_and_from_the_store(
     report = await verify(sealing, new_only)
     assert {p.kind for p in report.seal_problems} == {"forged", "chain"}
     assert len([p for p in report.seal_problems if p.kind == "forged"]) == len(on_topic)
+
+    # The object store away (nothing listens on its port): sealing goes on, on the topic;
+    # the seals the store missed are stored, in order, once it answers again.
+    away = sealing.model_copy(
+        update={"s3_endpoint": f"http://127.0.0.1:{free_port()}", "s3_max_attempts": 1}
+    )
+    await append(sealing, 5)
+    async with running(sealing) as notary:
+        notary.store = SealStore(away)
+        await eventually(lambda: all_sealed(notary), "sealed on the topic, the store away")
+        assert notary.unstored
+        notary.store = SealStore(sealing)
+        await eventually(lambda: not notary.unstored, "the missed seals stored")
+    code, stored = await audit_verify(sealing, (monkeypatch, capsys), "--from-store")
+    assert code == 0 and stored["unsealed"] == [], stored
+    on_the_topic = await verify(sealing, rotated)
+    assert (stored["seals"], stored["sealed_records"]) == (
+        on_the_topic.seals,
+        on_the_topic.sealed_records,
+    )
 
 
 async def copy_tampered(sealed: Settings, target: Settings) -> dict[str, list[int]]:
