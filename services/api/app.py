@@ -433,9 +433,8 @@ async def export_job(request: web.Request) -> web.Response:
     records = await export.read_job(request.app[LEDGER], job_id)
     row = await _caught_up(pool, row, export.job_events_in(records))
     schemas: dict[str, dict[str, Any]] = {}
-    job = export.job_export(
-        job_id, records, queries.view_of(row), await queries.accounting(pool, job_id), schemas
-    )
+    record, money = await queries.accounting_parts(pool, job_id) or (None, None)
+    job = export.job_export(job_id, records, queries.view_of(row), record, money, schemas)
     body = export.document([job], schemas, datetime.now(UTC))
     return web.json_response(body, dumps=_json_text)
 

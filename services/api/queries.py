@@ -173,12 +173,21 @@ def money_of(row: Any) -> dict[str, Any]:
 
 async def accounting(pool: asyncpg.Pool, job_id: str) -> dict[str, Any] | None:
     """The job's stored accounting record with its money, or None before the first one."""
+    found = await accounting_parts(pool, job_id)
+    return {**found[0], **found[1]} if found is not None else None
+
+
+async def accounting_parts(
+    pool: asyncpg.Pool, job_id: str
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The job's stored accounting record (what ``account`` folds) and its money (the price
+    catalog's), apart; None before the first record."""
     row = await pool.fetchrow(
         "SELECT record, currency, billable_cost_nanos, credited_cost_nanos, unpriced_gpu_us, "
         "price_versions FROM accounting_records WHERE job_id = $1",
         job_id,
     )
-    return {**_json(row["record"]), **money_of(row)} if row is not None else None
+    return (_json(row["record"]), money_of(row)) if row is not None else None
 
 
 def accounting_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:

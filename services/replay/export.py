@@ -142,16 +142,16 @@ def job_export(
     records: Sequence[JobRecord],
     view: dict[str, Any] | None,
     accounting: dict[str, Any] | None,
+    money: dict[str, Any] | None,
     schemas: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """One job of the file: its records and its live views (``view``, ``accounting``: the
-    read models' JSON at export time); the schemas its records name go to ``schemas``."""
+    read models' JSON at export time; ``money``: the record's price, from the catalog the
+    file does not hold, so carried and not refolded); the schemas its records name go to
+    ``schemas``."""
     history = [r.event for r in records if r.event is not None and r.suffix == "job-events"]
-    return {
-        "job_id": job_id,
-        "records": [_entry(r, schemas) for r in records],
-        "live": {"view": view, "accounting": accounting, **live_decisions(history)},
-    }
+    live = {"view": view, "accounting": accounting, "money": money, **live_decisions(history)}
+    return {"job_id": job_id, "records": [_entry(r, schemas) for r in records], "live": live}
 
 
 def document(

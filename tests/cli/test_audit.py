@@ -88,6 +88,7 @@ async def test_an_exported_history_replays_offline_and_a_tampered_one_does_not(
     assert all(r["appended_at"] for r in events)  # job-events carry the broker's time
     live = job["live"]
     assert live["view"]["status"] == "failed" and live["accounting"]["final"] is True
+    assert "billable_cost" not in live["accounting"] and "currency" in live["money"]
     assert [c["failure_class"] for c in live["classification"]] == ["missing_module"]
     assert [d["type"] for d in live["decisions"]] == ["FailureClassified", "JobFailed"]
 

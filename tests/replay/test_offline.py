@@ -65,7 +65,7 @@ def exported(events: list[Event] | None = None) -> dict[str, Any]:
     live = fold(history, ticks)
     schemas: dict[str, dict[str, Any]] = {}
     view, record = live.view.model_dump(mode="json"), live.accounting.model_dump(mode="json")
-    job = job_export(JOB, found, view, record, schemas)
+    job = job_export(JOB, found, view, record, None, schemas)
     return document([job], schemas, datetime.now(UTC))
 
 
