@@ -189,6 +189,9 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "projections.accounting.x__attempt__mutmut_1": (
         "after_end: bool = True,",
         "the default is never used: account(), the one caller, always passes after_end"),
+    "projections.accounting.x__attempt__mutmut_71": (
+        "top = max(by_index, default=-2)",
+        "with no tick, range(top + 1) is empty for -1 and -2 alike: no missing tick either way"),
 }
 # fmt: on
 """Survivors that change no behaviour: mutmut name -> (the mutated line, why it is

@@ -132,6 +132,8 @@ def test_with_no_tick_at_all_the_tolerance_is_the_default_tick_of_every_gpu() ->
     assert (short.gpu_seconds, short.metered_gpu_seconds, short.reconciled) == (216.0, 0.0, True)
     longer = account(_done(gpus=4, seconds=60).events, [], policy)
     assert (longer.gpu_seconds, longer.reconciled) == (256.0, False)
+    one_gpu = account(_done(gpus=1, seconds=60).events, [], policy)  # 64 > 60 GPU-seconds
+    assert (one_gpu.gpu_seconds, one_gpu.reconciled) == (64.0, False)
 
 
 def test_an_attempt_that_never_held_compute_shows_no_gpus_and_costs_nothing() -> None:
