@@ -140,12 +140,22 @@ def test_an_attempt_that_never_held_compute_shows_no_gpus_and_costs_nothing() ->
     h = JobHistory(spec=job_spec(resources={"gpus": 2}))
     h.submit()
     h.queue()
-    h.schedule()
+    h.schedule(node="node-b", provider="gcp", gpus=2, model="L4", region="europe-west4")
     h.wait(60)
     h.dispatch_timed_out()
     (a,) = account(h.events, h.ticks).attempts
     assert (a.outcome, a.gpu_count, a.held_seconds, a.gpu_seconds) == ("not_held", 0, 0.0, 0.0)
     assert (a.billable_gpu_seconds, a.credited_gpu_seconds) == (0.0, 0.0)
+    # Where it was to run, from its placement: what usage groups the attempt by.
+    assert (a.node_id, a.provider, a.region, a.gpu_model) == ("node-b", "gcp", "europe-west4", "L4")
+
+
+def test_meter_ticks_without_any_placement_are_recorded_with_no_place() -> None:
+    # Ticks of an attempt the job-events never placed (read before them): metered, nowhere.
+    h = _done(gpus=1, seconds=60)
+    (a,) = account([], h.ticks).attempts
+    assert (a.node_id, a.provider, a.region, a.gpu_model) == ("", "", "", "")
+    assert a.metered_gpu_seconds == 64.0 and a.gpu_seconds == 0.0
 
 
 def test_an_unknown_failure_is_credited_whoever_the_classifier_blamed() -> None:
