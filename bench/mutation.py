@@ -217,8 +217,8 @@ def pure_modules() -> list[str]:
 def _pattern(module: str) -> str:
     """The name glob mutmut takes for the mutants of one module (``projections/fit.py`` or
     ``projections.fit``)."""
-    if "*" in module:
-        return module  # already a glob of mutant names, e.g. projections.fit.x_holds__mutmut_*
+    if "*" in module or "__mutmut_" in module:
+        return module  # a mutant's name, or a glob of them: projections.fit.x_holds__mutmut_*
     dotted = module.removesuffix(".py").replace("/", ".")
     return f"{dotted}.*"
 
@@ -569,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     p_rules.add_argument("--timeout", type=float, default=600.0, help="seconds per mutation")
     args = parser.parse_args(argv)
     if args.command == "run":
-        unknown = sorted(m for m in set(args.modules) - set(pure_modules()) if "*" not in m)
+        unknown = sorted(m for m in set(args.modules) - set(pure_modules()) if _pattern(m) != m)
         if unknown:
             parser.error(f"not a pure module of [tool.mutmut]: {unknown}")
         return run(args.modules, args.survivors)
