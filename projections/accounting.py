@@ -308,12 +308,14 @@ def account(
     """
     deduplicated = unique(history)
     events = [e for e in deduplicated if is_job_event(e)]
-    job_id = events[0].job_id if events else ""
-    all_ticks = [
+    candidates = [
         t
         for t in unique([*ticks, *(e for e in deduplicated if isinstance(e, MeterTick))])
-        if isinstance(t, MeterTick) and (not job_id or t.job_id == job_id)
+        if isinstance(t, MeterTick)
     ]
+    # The job is the job-events' (before any, the first tick's): other jobs' ticks never count.
+    job_id = events[0].job_id if events else next((t.job_id for t in candidates), "")
+    all_ticks = [t for t in candidates if t.job_id == job_id]
     if not events:
         view = None
     elif view is None:
@@ -360,7 +362,7 @@ def account(
         held_us, billable_us, credited_us = held_us + h, billable_us + b, credited_us + c
         gpu_us += b + c
     return AccountingRecord(
-        job_id=job_id or (all_ticks[0].job_id if all_ticks else ""),
+        job_id=job_id,
         tenant=view.tenant if view else "",
         labels=dict(view.spec.labels) if view and view.spec else {},
         status=status,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from projections.accounting import AccountingPolicy, account
 from schemas.events import JobFailed
 from tests.projections import scenarios
@@ -48,6 +50,20 @@ def test_ticks_in_the_history_and_of_other_jobs() -> None:
         t.model_copy(update={"job_id": "job-2", "event_id": t.event_id + "x"}) for t in other.ticks
     ]
     assert account([*h.events, *h.ticks], foreign) == account(h.events, h.ticks)
+
+
+def test_ticks_of_other_jobs_never_count_even_before_the_job_events() -> None:
+    # Ticks read before any job-event of their job, mixed with another job's: the record is
+    # the first tick's job's, metered from its own ticks only.
+    h = scenarios.success()
+    foreign = [
+        t.model_copy(update={"job_id": "job-2", "event_id": f"{t.event_id}x", "tick_index": i})
+        for i, t in enumerate(scenarios.success().ticks, start=100)
+    ]
+    alone = account([], h.ticks)
+    mixed = account([], [*h.ticks, *foreign])
+    assert mixed == alone and mixed.job_id == h.job_id
+    assert mixed.metered_gpu_seconds == math.fsum(t.gpu_seconds for t in h.ticks)
 
 
 def test_a_running_attempt_is_open_and_provisionally_billable() -> None:
