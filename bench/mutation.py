@@ -192,6 +192,29 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "projections.accounting.x__attempt__mutmut_71": (
         "top = max(by_index, default=-2)",
         "with no tick, range(top + 1) is empty for -1 and -2 alike: no missing tick either way"),
+    "services.scheduler.core.xǁSchedulerStateǁ_preflight__mutmut_20": (
+        "entry.vram_gb = None",
+        "the job is then 'unfitted', and the same decide() checks its fit again on the same "
+        "fleet before placing: the same placement, one fit check more"),
+    "services.scheduler.core.xǁSchedulerStateǁ_preflight__mutmut_34": (
+        "",
+        "attempt=0 dropped: the JobQueued's cause, the JobSubmitted, has attempt 0, which "
+        "derived() copies by default"),
+    "services.scheduler.placement.x__place_gpus__mutmut_9": (
+        "counts = sorted(c for c in buckets if holds(gpus, need, None, model, c, best_vram))",
+        "gpu_models is applied again, to the same model, in the per-node holds() of the loop"),
+    "services.scheduler.placement.x__place_gpus__mutmut_34": (
+        "if not holds(gpus, need, None, model, count, node.vram_gb(model)):",
+        "gpu_models was applied to this model already, in the per-model holds() that chose "
+        "the counts the loop walks"),
+    "services.scheduler.placement.x__place_gpus__mutmut_64": (
+        "if key[0] == 0 and key[2] == 0:",
+        "key[2] is a free count >= 1, so this early exit never fires; it only skipped the "
+        "rest of a bucket, whose nodes share the count and cannot beat a (0, 0, count) key"),
+    "services.scheduler.placement.x__place_gpus__mutmut_76": (
+        "if best is not None and best[0][0] == 0 and best[0][2] == 0:",
+        "best[0][2] is a free count >= 1, so this early exit never fires; it only skipped "
+        "buckets of larger counts, which cannot beat a (0, 0, count) key"),
 }
 # fmt: on
 """Survivors that change no behaviour: mutmut name -> (the mutated line, why it is

@@ -569,7 +569,7 @@ def test_a_rejection_is_the_same_event_whichever_instance_decides_it_and_occurs_
     assert late.producer == "scheduler/host-1"
 
 
-def _lost_and_retried(not_before_s: float) -> SchedulerState:
+def _lost_and_retried(not_before_s: float, reason: str = "") -> SchedulerState:
     s = state()
     run(s, node("a"), node("b"), submit("j", limits={"queue_timeout_s": 30}))
     lost = AttemptLost(job_id="j", attempt=1, node_id="a", occurred_at=T0)
@@ -580,6 +580,7 @@ def _lost_and_retried(not_before_s: float) -> SchedulerState:
         next_attempt=2,
         delay_s=not_before_s,
         not_before=T0 + timedelta(seconds=not_before_s),
+        reason=reason,
     )
     for e in (lost, retry):
         s.observe(e)
@@ -609,3 +610,23 @@ def test_a_retry_s_queue_deadline_counts_from_when_it_may_start() -> None:
     late, placed = s.decide(T0 + timedelta(seconds=25))
     assert isinstance(late, JobQueued) and isinstance(placed, AttemptScheduled)
     assert late.queue_deadline == T0 + timedelta(seconds=25 + 30)
+
+
+def test_a_queued_job_says_why_it_waits() -> None:
+    busy = NodeHeartbeat(node_id="a", occurred_at=T0, seq=1, free_gpu_indices=[])
+    (known,) = run(state(), node("a"), busy, submit("j"))
+    assert isinstance(known, JobQueued) and known.reason == "waiting for capacity"
+    (unknown,) = run(state(), submit("j"))
+    assert isinstance(unknown, JobQueued)
+    assert (
+        unknown.reason == "waiting for capacity (no node registered yet; fit checked when one is)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("why", "reason"),
+    [("node lost: node-X", "retry of attempt 1: node lost: node-X"), ("", "retry of attempt 1")],
+)
+def test_a_retry_s_queueing_says_which_attempt_it_retries_and_why(why: str, reason: str) -> None:
+    (queued,) = _lost_and_retried(not_before_s=10, reason=why).decide(T0)
+    assert isinstance(queued, JobQueued) and queued.reason == reason

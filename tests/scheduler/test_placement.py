@@ -122,3 +122,36 @@ def test_avoidance_is_tried_in_tiers_once_the_fallback_time_has_come() -> None:
     # The job's own placement.avoid_nodes is no preference: there is no fallback to it.
     hard = request(exclude_nodes=frozenset({"b"}), avoid_nodes=frozenset({"z"}), fallback_at=T0)
     assert place(fleet, hard, later, 30) is None
+
+
+def test_provider_and_region_preferences_beat_packing_onto_a_fuller_node() -> None:
+    # The preferred provider's (or region's) node has more free GPUs than another one:
+    # preference first, packing only among equally preferred nodes.
+    fleet = Fleet()
+    register(fleet, "gcp-eu-1gpu", "A10", 24, 1, provider="gcp", region="eu")
+    register(fleet, "aws-us-2gpu", "A10", 24, 2, provider="aws", region="us")
+    assert place(fleet, request(providers=("aws",)), T0, 30).node_id == "aws-us-2gpu"
+    assert place(fleet, request(regions=("us",)), T0, 30).node_id == "aws-us-2gpu"
+    assert place(fleet, request(), T0, 30).node_id == "gcp-eu-1gpu"  # no preference: packing
+
+
+def test_a_node_of_two_models_gives_the_job_gpus_of_the_model_it_placed_on() -> None:
+    fleet = Fleet()
+    gpus = [
+        GpuDevice(index=0, model="NVIDIA GeForce RTX 3090", memory_total_mb=24 * 1024),
+        GpuDevice(index=1, model="NVIDIA GeForce RTX 4090", memory_total_mb=24 * 1024),
+    ]
+    fleet.apply(
+        NodeRegistered(node_id="mixed", occurred_at=T0, inventory_source="declared", gpus=gpus)
+    )
+    placement = place(fleet, request(gpu_models=("RTX 4090",)), T0, 30)
+    assert placement is not None
+    assert (placement.gpu_model, placement.gpu_indices) == ("NVIDIA GeForce RTX 4090", (1,))
+
+
+def test_a_node_heard_exactly_node_timeout_ago_is_still_live() -> None:
+    fleet = Fleet()
+    register(fleet, "a", "A10", 24, 1)
+    fleet.apply(NodeHeartbeat(node_id="a", occurred_at=T0, seq=1, free_gpu_indices=[0]))
+    assert place(fleet, request(), T0 + timedelta(seconds=30), 30) is not None
+    assert place(fleet, request(), T0 + timedelta(seconds=30.001), 30) is None
