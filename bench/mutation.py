@@ -192,6 +192,10 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "projections.accounting.x__attempt__mutmut_71": (
         "top = max(by_index, default=-2)",
         "with no tick, range(top + 1) is empty for -1 and -2 alike: no missing tick either way"),
+    "projections.accounting.x__attempt__mutmut_43": (
+        "billable = policy.billable(outcome, attribution, None)",
+        "an attempt's 'unknown' class always comes with attribution 'platform' (the class "
+        "table's row, and _outcome's unclassified ending), which billable() credits anyway"),
     "services.scheduler.core.xǁSchedulerStateǁ_preflight__mutmut_20": (
         "entry.vram_gb = None",
         "the job is then 'unfitted', and the same decide() checks its fit again on the same "

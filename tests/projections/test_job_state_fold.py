@@ -11,6 +11,7 @@ from schemas.events import (
     JobSucceeded,
     LogChunk,
     NodeHeartbeat,
+    RetryScheduled,
 )
 from tests.projections import scenarios
 from tests.projections.histories import JobHistory
@@ -177,4 +178,24 @@ def test_a_stale_verdict_after_the_job_ended_changes_neither_its_status_nor_its_
     assert (view.status, view.failure, view.terminal_event) == ("succeeded", None, "JobSucceeded")
     assert any(
         "stale-verdict" in a and "classified after the job ended" in a for a in view.anomalies
+    )
+
+
+def test_an_ended_job_has_no_deadline_and_a_late_decision_is_noted_with_why() -> None:
+    # Unsure of its node, the job shows when it will be declared lost; once it ended, not.
+    h = JobHistory()
+    h.submit()
+    h.queue()
+    h.start()
+    h.wait(10)
+    unheard = h.unresponsive()
+    assert project(h.events).deadline == unheard.lost_deadline is not None
+    h.emit(JobCancelled, "retry-decider", summary="cancelled by the user")
+    assert project(h.events).deadline is None
+    late = h.emit(RetryScheduled, "retry-decider", next_attempt=2, delay_s=0, not_before=h.now)
+    view = project(h.events)
+    assert view.status == "cancelled"
+    assert any(
+        late.event_id in a and "would make the job retrying; it already ended cancelled" in a
+        for a in view.anomalies
     )
