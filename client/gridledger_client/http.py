@@ -138,8 +138,9 @@ class LogLine(TypedDict, total=False):
     status: str | None
 
 
-class AccountingRecord(TypedDict, total=False):
-    """``GET /v1/jobs/{job_id}/accounting``: held, metered, billable and credited seconds."""
+class AccountingDocument(TypedDict, total=False):
+    """``GET /v1/jobs/{job_id}/accounting``: held, metered, billable and credited seconds, and
+    their money at the price catalog's prices (exact decimal text and integer billionths)."""
 
     job_id: str
     tenant: str
@@ -152,6 +153,13 @@ class AccountingRecord(TypedDict, total=False):
     billable_gpu_seconds: float
     credited_gpu_seconds: float
     reconciled: bool
+    currency: str
+    billable_cost: str
+    credited_cost: str
+    billable_cost_nanos: int
+    credited_cost_nanos: int
+    unpriced_gpu_us: int
+    price_versions: list[int]
 
 
 class NodeList(TypedDict, total=False):
@@ -169,7 +177,7 @@ DOCUMENTS: dict[str, type] = {
     "Explanation": Explanation,
     "CancelAccepted": CancelAccepted,
     "LogLine": LogLine,
-    "AccountingRecord": AccountingRecord,
+    "AccountingDocument": AccountingDocument,
     "NodeList": NodeList,
     "Links": Links,
 }
@@ -358,9 +366,9 @@ class Client:
         """What happened to a job, why, whose side it is on, and what to do next."""
         return cast(Explanation, self.get(f"/v1/jobs/{_segment(job_id)}/explain"))
 
-    def accounting(self, job_id: str) -> AccountingRecord:
+    def accounting(self, job_id: str) -> AccountingDocument:
         """A job's accounting record."""
-        return cast(AccountingRecord, self.get(f"/v1/jobs/{_segment(job_id)}/accounting"))
+        return cast(AccountingDocument, self.get(f"/v1/jobs/{_segment(job_id)}/accounting"))
 
     def cancel(self, job_id: str) -> CancelAccepted:
         """Ask for a job to be cancelled (a running one gets its stop grace first)."""
