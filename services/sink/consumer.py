@@ -164,7 +164,7 @@ class Sink:
         conn = await self.pool.acquire()
         try:
             lock = f"sink:{self.settings.pg_schema}"
-            if not await self._take_lock(conn, lock):
+            if not await db.take_lock(conn, lock, self.settings.sink_lock_wait_s):
                 raise _LockHeld(
                     f"another sink is already writing schema {self.settings.pg_schema!r} "
                     f"(this one is consumer {self.consumer_name!r}); run one sink per schema"
@@ -192,22 +192,6 @@ class Sink:
             # replaces a closed connection on the next acquire.
             with contextlib.suppress(*db.POSTGRES_UNAVAILABLE):
                 await self.pool.release(conn, timeout=5)
-
-    async def _take_lock(self, conn: Any, lock: str) -> bool:
-        """Take the advisory lock, waiting up to ``sink_lock_wait_s`` for it.
-
-        A sink restarted right after a crash can find its predecessor's Postgres
-        session still open (and its lock held) until the server notices the dead
-        client; waiting a bounded time lets the restart go through, while a sink
-        that is really running still makes the newcomer refuse.
-        """
-        deadline = asyncio.get_running_loop().time() + self.settings.sink_lock_wait_s
-        while True:
-            if await conn.fetchval("SELECT pg_try_advisory_lock(hashtext($1))", lock):
-                return True
-            if asyncio.get_running_loop().time() >= deadline:
-                return False
-            await asyncio.sleep(0.2)
 
     async def _consume(self, conn: asyncpg.Connection) -> None:
         tps = await self.partitions()

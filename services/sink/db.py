@@ -104,6 +104,23 @@ def postgres_unavailable(exc: BaseException) -> bool:
     return False
 
 
+async def take_lock(conn: asyncpg.Connection, lock: str, wait_s: float) -> bool:
+    """Take the session advisory lock ``lock`` on ``conn``, waiting up to ``wait_s`` for it.
+
+    A service restarted right after a crash can find its predecessor's Postgres session
+    still open (and its lock held) until the server notices the dead client; waiting a
+    bounded time lets the restart go through, while one that is really running still
+    makes the newcomer refuse (the sink per schema, the webhooks service per schema).
+    """
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        if await conn.fetchval("SELECT pg_try_advisory_lock(hashtext($1))", lock):
+            return True
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
+        await asyncio.sleep(0.2)
+
+
 async def when_reachable(settings: Settings, operation: Callable[[], Awaitable[_T]]) -> _T:
     """``await operation()``, retried with the shared backoff while Postgres is away."""
     return await retrying(

@@ -26,11 +26,14 @@ same id and a receiver drops it. Where deliveries go is checked at every deliver
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
 import signal
 import time
+from asyncio import FIRST_COMPLETED
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -40,6 +43,7 @@ import asyncpg
 from standardwebhooks import Webhook
 
 from schemas.codec import cloudevent
+from schemas.errors import GridledgerError
 from schemas.events import Event, JobSubmitted
 from services import secretstore
 from services.backoff import outage_of, wait_event
@@ -63,6 +67,10 @@ POLL_S = 0.5
 """How often the deliverer looks for subscriptions whose wait is over."""
 BATCH_ROWS = 50
 USER_AGENT = "gridledger-webhooks/1"
+
+
+class WebhooksBusyError(GridledgerError):
+    """Another webhooks service already delivers for this schema."""
 
 
 @dataclass(frozen=True)
@@ -163,18 +171,43 @@ class WebhookService:
         self._stopping.set()
 
     async def run(self) -> None:
-        """Enqueue and deliver until :meth:`stop`, riding out broker and Postgres outages."""
-        async with client(self.settings) as http:
+        """Enqueue and deliver until :meth:`stop`, riding out broker and Postgres outages; a
+        bug in either loop ends the run with its error."""
+        async with self._only_one(), client(self.settings) as http:
+            stopping = asyncio.create_task(self._stopping.wait())
             loops = [
                 asyncio.create_task(self._riding_out(self._enqueue)),
                 asyncio.create_task(self._riding_out(lambda: self._deliver(http))),
             ]
             try:
-                await self._stopping.wait()
+                done, _ = await asyncio.wait([stopping, *loops], return_when=FIRST_COMPLETED)
+                for task in done - {stopping}:
+                    task.result()
             finally:
-                for task in [*loops, *self._running.values()]:
+                tasks = [stopping, *loops, *self._running.values()]
+                for task in tasks:
                     task.cancel()
-                await asyncio.gather(*loops, *self._running.values(), return_exceptions=True)
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    @contextlib.asynccontextmanager
+    async def _only_one(self) -> AsyncIterator[None]:
+        """Hold the schema's webhooks lock while running: a second service on the same tables
+        would deliver every event twice, so it refuses to start (waiting ``sink_lock_wait_s``
+        first, for a crashed predecessor's session to go)."""
+        lock = f"webhooks:{self.settings.pg_schema}"
+        conn = await self.pool.acquire()
+        try:
+            if not await db.take_lock(conn, lock, self.settings.sink_lock_wait_s):
+                raise WebhooksBusyError(
+                    f"another webhooks service delivers for schema {self.settings.pg_schema!r}; "
+                    "run one per schema (a second would deliver every event twice)"
+                )
+            yield
+            with contextlib.suppress(*db.POSTGRES_UNAVAILABLE):
+                await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", lock)
+        finally:
+            with contextlib.suppress(*db.POSTGRES_UNAVAILABLE):
+                await self.pool.release(conn, timeout=5)
 
     async def _riding_out(self, session: Any) -> None:
         """Run ``session()`` again after an outage of Postgres or the broker, with backoff."""

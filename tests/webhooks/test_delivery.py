@@ -12,7 +12,7 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from schemas.events import Event, JobSubmitted
-from services.webhooks.service import CONSUMER_NAME
+from services.webhooks.service import CONSUMER_NAME, WebhooksBusyError, WebhookService
 from services.webhooks.store import EVENT_NAMES
 from tests.api.conftest import OTHER_TOKEN
 from tests.sink.scenario import SPEC, at, run_facts
@@ -208,13 +208,22 @@ async def test_a_failing_subscription_is_disabled_with_its_reason_and_enabled_ag
     assert delivered == ids(job, {"JobSubmitted", "JobSucceeded"})
 
 
-async def test_a_rotated_secret_signs_beside_the_previous_one(hooks: Hooks) -> None:
+async def test_a_rotated_secret_signs_beside_the_previous_one_and_one_service_runs(
+    hooks: Hooks,
+) -> None:
     hook = await hooks.add(hooks.receiver.url(), ["JobSubmitted"])
     rotated = await hooks.client.post(f"/v1/webhooks/{hook['id']}/rotate", headers=hooks.auth())
     assert rotated.status == 200
     new = (await rotated.json())["secret"]
     assert new != hook["secret"] and new.startswith("whsec_")
-    await hooks.start_service()
+    running = await hooks.start_service()
+    await eventually(lambda: running.consumer, "the service to run (holding the lock)")
+    second = WebhookService(
+        running.settings.model_copy(update={"sink_lock_wait_s": 0}), hooks.ledger, hooks.pool,
+        running.key,
+    )  # fmt: skip
+    with pytest.raises(WebhooksBusyError, match="run one per schema"):
+        await second.run()  # it would deliver every event twice
     await hooks.ledger.append_many(run_facts("job-wh-rotated").job_events[:1])
     await settled(hooks)
     (got,) = hooks.receiver.received
