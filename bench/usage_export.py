@@ -11,7 +11,11 @@ batches of 2,000 records. Then the API's queries page over everything:
 * ``GET /v1/usage``'s query by hour, day and month (grouped by ``label:project`` and
   ``gpu_model``, and ungrouped): the billable, credited and GPU microseconds of the
   lines of each export equal the sum over the accounting records, exactly;
-* the day export again in pages of 500: byte-identical to the one in pages of 5,000.
+* the day export again in pages of 500: byte-identical to the one in pages of 5,000;
+* money: a price catalog published before the first job, with a price change a day
+  in (jobs run across it), prices every hour; the billable and credited cost of the
+  lines of each export equal the sum over the records exactly (integer nanos), and
+  no GPU time is unpriced.
 
 It fails (exit 1) if any check does not hold, and writes
 ``bench/results/usage-export.json`` with the times.
@@ -30,6 +34,8 @@ from typing import Any
 import asyncpg
 
 from bench.common import Result
+from projections import prices
+from schemas.events import PriceCatalogPublished, PriceEntry
 from schemas.spec import JobSpec
 from services.api import queries
 from services.api import usage as usage_api
@@ -45,6 +51,18 @@ MIX = JobMix.parse("success=80,user_error=10,oom=10", duration="30-600")
 START = datetime(2026, 11, 28, tzinfo=UTC)
 SPACING = timedelta(seconds=20)
 BATCH = 2_000
+CATALOG = PriceCatalogPublished(
+    event_id="bench-catalog-1",
+    occurred_at=START - timedelta(days=1),
+    version=1,
+    currency="EUR",
+    entries=[
+        PriceEntry(provider="sim-a", gpu_model="A100-80GB", per_gpu_hour=p, effective_from=t)
+        for p, t in (("2.5", START - timedelta(days=1)), ("3.1", START + timedelta(days=1)))
+    ],
+)
+"""The prices: one change a day after the first job."""
+MONEY = ("billable_cost_nanos", "credited_cost_nanos", "unpriced_gpu_us")
 SPECS = [
     SPEC.model_copy(update={"labels": {"project": p, "team": t}})
     for p in ("llm", "vision")
@@ -55,8 +73,8 @@ SPECS = [
 async def load(pool: asyncpg.Pool, writer: ReadModelWriter, jobs: int) -> int:
     """Apply every job's history through the writer; the number of records."""
     settings = writer.settings
-    pending: list[LedgerRecord] = []
-    offset = 0
+    pending = [LedgerRecord(settings.topic(CATALOG.TOPIC), 0, 0, CATALOG.key, CATALOG, 0)]
+    offset = 1
 
     async def flush() -> None:
         async with pool.acquire() as conn, conn.transaction():
@@ -133,8 +151,12 @@ async def run(jobs: int) -> Result:
             "billable_gpu_us": sum(round(r["billable_gpu_seconds"] * 1e6) for r in records),
             "credited_gpu_us": sum(round(r["credited_gpu_seconds"] * 1e6) for r in records),
             "gpu_us": sum(round(r["gpu_seconds"] * 1e6) for r in records),
+            **{k: sum(r[k] for r in records) for k in MONEY},
         }
         result.figures["billable_gpu_hours"] = round(want["billable_gpu_us"] / 3.6e9, 3)
+        result.figures["billable_cost_eur"] = prices.money(want["billable_cost_nanos"])
+        if want["unpriced_gpu_us"]:
+            failures.append(f"{want['unpriced_gpu_us']} GPU-us unpriced")
         exports: dict[str, list[dict[str, Any]]] = {}
         for period in ("hour", "day", "month"):
             for by in ((), ("label:project", "gpu_model")):
