@@ -115,9 +115,9 @@ async def test_a_receiver_killed_mid_stream_gets_every_event_with_stable_ids(
 
     hooks.receiver.hanging = {"/hook"}  # the next request stays open ...
     in_flight = len(hooks.receiver.received) + 1
+    await hooks.ledger.append_many(second)  # (there is a next one even if the first are done)
     await eventually(lambda: len(hooks.receiver.received) >= in_flight, "a request in flight")
     await hooks.receiver.stop()  # ... and the receiver dies with it unanswered
-    await hooks.ledger.append_many(second)
 
     async def refused() -> bool:
         log = (await hooks.get(f"/v1/webhooks/{hook['id']}/deliveries"))["deliveries"]
