@@ -107,7 +107,9 @@ def remove(conn: Connection, out: Output, webhook_id: str) -> int:
     return 0
 
 
-@webhooks.command("rotate", short_help="a new signing secret (the old one signs on a while)")
+@webhooks.command(
+    "rotate", short_help="a new signing secret (the previous one keeps signing for a while)"
+)
 @click.argument("webhook_id")
 @api_options
 @output_options
