@@ -21,8 +21,8 @@ start_store_build() {
 start_store_build
 
 # docker-compose: `docker-compose config` validates docker-compose.yml (tests, .ci/run).
-# Go is not a package here (Debian 12 ships 1.19): `dev up` uses an installed Go >= 1.21
-# or fetches the toolchain from the Go module proxy to build SeaweedFS (infra/seaweedfs.py).
+# Go is not a package here (Debian 12 ships 1.19): the store's build (above) uses an installed
+# Go >= 1.21 or fetches the toolchain from the Go module proxy (infra/weed.py).
 # chromium, chromium-driver: the console's browser tests (tests/console, Selenium).
 # faketime: the chaos suite's clock faults and tests/system's shifted agent (libfaketime).
 PACKAGES=(docker.io docker-compose debootstrap busybox-static postgresql openjdk-17-jre-headless
