@@ -106,7 +106,7 @@ def _warn(item: Undecodable) -> None:
 
 
 class Subscriber:
-    """Read gridledger topics as decoded models, each event once.
+    """Read gridledger topics as decoded records, each event once.
 
     - ``topics``: suffixes from :data:`TOPICS`; the full names are ``prefix + suffix``.
     - ``group_id``: join a consumer group (partitions shared between instances,
