@@ -216,12 +216,13 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     home = args.home.resolve()
     began = time.monotonic()
+    kept = cached(cache_dir() / "seaweedfs" / VERSION / "weed")
     try:
         built = build(home / "bin" / "weed", home / "logs" / "seaweedfs-build.log")
     except BuildError as exc:
         print(f"weed: {exc}", file=sys.stderr)
         return 1
-    state = "built" if built else "ready already"
+    state = ("copied from the cache" if kept else "built") if built else "ready already"
     print(f"weed {VERSION}: {state} in {time.monotonic() - began:.0f} s")
     return 0
 

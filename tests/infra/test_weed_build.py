@@ -71,5 +71,5 @@ def test_setups_background_build_runs_on_the_system_python_alone(tmp_path: Path)
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"weed {weed.VERSION}: built in")
+    assert done.stdout.startswith(f"weed {weed.VERSION}: copied from the cache in")
     assert weed.cached(tmp_path / "h" / "bin" / "weed")
