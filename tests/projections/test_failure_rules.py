@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from projections.accounting import account
 from projections.failures import (
     CLASSIFIER_VERSION,
     FAILURE_CLASSES,
@@ -14,6 +15,7 @@ from projections.failures import (
     classify_rejection,
     render,
 )
+from projections.job_state import project
 from schemas.events import Event, JobRejected
 from tests.projections.histories import JobHistory, job_spec
 
@@ -263,3 +265,33 @@ def test_a_cancel_after_the_process_failed_on_its_own_keeps_the_real_cause() -> 
     h.cancel()  # the user gives up while the agent is still storing outputs
     h.release()
     assert classify(h.events, 1).failure_class == "missing_module"
+
+
+def test_a_process_that_exits_0_when_stopped_at_its_runtime_limit_hit_the_limit() -> None:
+    # It trapped SIGTERM and exited 0: the job still did not finish within max_runtime_s.
+    c = classify(exited(0, runtime_exceeded=True), 1)
+    assert (c.failure_class, c.attribution, c.retryable) == ("runtime_exceeded", "user", False)
+    # The agent's release says so even when the exit does not carry the flag.
+    h = JobHistory(live=False)
+    h.submit()
+    h.queue()
+    h.start()
+    h.wait(60)
+    h.exit(0, ())
+    h.release("runtime_exceeded")
+    assert classify(h.events, 1).failure_class == "runtime_exceeded"
+
+
+def test_a_job_stopped_at_its_runtime_limit_fails_even_with_exit_0() -> None:
+    h = JobHistory()
+    h.submit()
+    h.queue()
+    h.start()
+    h.wait(60)
+    h.exit(0, (), runtime_exceeded=True)
+    h.output("model.pt")
+    h.release("runtime_exceeded")
+    view = project(h.events)
+    assert view.status == "failed" and view.failure is not None
+    assert view.failure.failure_class == "runtime_exceeded"
+    assert account(h.events, h.ticks).billable_gpu_seconds > 0  # the user's, billed
