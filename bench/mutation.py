@@ -36,15 +36,17 @@ import sys
 import tempfile
 import time
 import tomllib
+import traceback
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-COPIED = ("projections", "schemas", "services", "infra", "tests", "pyproject.toml", "README.md")
+COPIED = ("projections", "schemas", "services", "infra", "tests", "examples", "pyproject.toml",
+          "README.md")  # fmt: skip
 """What the tests read (tests/conftest.py imports infra and services.settings; the class
-table test reads the README)."""
+table test reads the README, the price tests the example catalog)."""
 TESTS = ("tests/projections", "tests/golden", "tests/processors/test_dispatch.py")
 """The pure test subset the hand-written rules are run against."""
 REPORT_JSON = ROOT / "bench/results/mutation.json"
@@ -291,10 +293,15 @@ def run(modules: list[str], survivors: bool = False) -> int:
     started = time.monotonic()
     pid = os.fork()  # mutmut's state is global: its own process, so run() can be called again
     if pid == 0:
+        code = 0
         try:
             _mutmut(["run", "--max-children", "1", *names])
+        except BaseException:  # noqa: BLE001 (shown here: the child must not return into run())
+            traceback.print_exc()
+            code = 1
         finally:
-            os._exit(0)
+            sys.stdout.flush()
+            os._exit(code)
     os.waitpid(pid, 0)
     print(f"mutmut ran {len(names)} name patterns in {time.monotonic() - started:.0f} s")
     return 0
@@ -456,10 +463,16 @@ def _markdown(data: dict[str, Any]) -> str:
     ]
     rows = [*data["modules"].items(), ("**total**", data["totals"])]
     lines += [f"| {m} | " + " | ".join(str(c[k]) for k in keys) + " |" for m, c in rows]
-    rate = data["survival_rate_non_equivalent"]
+    rate, total = data["survival_rate_non_equivalent"], data["totals"]
+    run = total["mutants"] - total["not_checked"]
     lines += [
         "",
-        f"Non-equivalent survivors: {rate:.1%} of the mutants run (goal: at most 5 %).",
+        f"Mutants run: {run} of {total['mutants']} ({run / total['mutants']:.0%}); "
+        "`not_checked` ones were not run for this report. `no_tests`: no test of the pure "
+        "subset covers the function.",
+        "",
+        f"Non-equivalent survivors: {rate:.1%} of the non-equivalent mutants run (goal: at "
+        "most 5 %).",
         "",
     ]
     lines += ["## Survivors", ""] + [
