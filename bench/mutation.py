@@ -206,6 +206,19 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "",
         "attempt=0 dropped: the JobQueued's cause, the JobSubmitted, has attempt 0, which "
         "derived() copies by default"),
+    "services.scheduler.queue.xǁPlacementQueueǁadd__mutmut_4": (
+        "self._counter += 2",
+        "seq only orders the members and tells a live heap entry from a stale one: any "
+        "increasing sequence does both"),
+    "services.scheduler.queue.xǁPlacementQueueǁadd__mutmut_7": (
+        "member = _Member(self._counter, None, not_before, request)",
+        "_Member.deadline is never read: the deadline heap holds its own copy"),
+    "services.scheduler.queue.xǁPlacementQueueǁadd__mutmut_8": (
+        "member = _Member(self._counter, deadline, None, request)",
+        "_Member.not_before is never read: the delayed heap holds its own copy"),
+    "services.scheduler.queue.xǁPlacementQueueǁadd__mutmut_25": (
+        'self._unfitted[job_id] = ""',
+        "_unfitted is an ordered set: its values are never read"),
     "services.scheduler.placement.x__place_gpus__mutmut_9": (
         "counts = sorted(c for c in buckets if holds(gpus, need, None, model, c, best_vram))",
         "gpu_models is applied again, to the same model, in the per-node holds() of the loop"),

@@ -8,6 +8,7 @@ from schemas.events import NodeDrained, NodeHeartbeat, NodeRegistered
 from schemas.types import GpuDevice
 from services.scheduler.fleet import Fleet
 from services.scheduler.placement import PlacementRequest, place
+from services.scheduler.queue import PlacementQueue
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -155,3 +156,14 @@ def test_a_node_heard_exactly_node_timeout_ago_is_still_live() -> None:
     fleet.apply(NodeHeartbeat(node_id="a", occurred_at=T0, seq=1, free_gpu_indices=[0]))
     assert place(fleet, request(), T0 + timedelta(seconds=30), 30) is not None
     assert place(fleet, request(), T0 + timedelta(seconds=30.001), 30) is None
+
+
+def test_a_job_queued_again_waits_once_with_its_latest_request() -> None:
+    queue = PlacementQueue()
+    first, latest = request(gpus=1), request(gpus=2)
+    queue.add("j", T0 + timedelta(seconds=60), None, first)
+    queue.add("j", T0 + timedelta(seconds=90), None, latest)
+    assert list(queue.heads()) == ["j"]
+    assert queue.request_of("j") == latest
+    queue.remove("j")
+    assert list(queue.heads()) == []
