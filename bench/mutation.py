@@ -206,6 +206,26 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "",
         "attempt=0 dropped: the JobQueued's cause, the JobSubmitted, has attempt 0, which "
         "derived() copies by default"),
+    "projections.job_state.x__advance__mutmut_10": (
+        "if event.attempt >= view.attempt:",
+        "inside `if event.attempt != view.attempt`: the attempts are never equal there"),
+    "services.scheduler.core.xǁSchedulerStateǁ_on_submitted__mutmut_4": (
+        "if first is None or job_id not in self.owners:",
+        "an id is in owners exactly when it is in jobs or in done, and observe() returns "
+        "before this for a done one: both conditions say 'a new job id'"),
+    "services.scheduler.core.xǁSchedulerStateǁ_on_submitted__mutmut_17": (
+        'self.pending[job_id] = ""',
+        "pending is an ordered set: its values are never read"),
+    "services.scheduler.core.xǁSchedulerStateǁ_on_submitted__mutmut_30": (
+        "log.warning(note)",
+        "logging formats the message only when given arguments: a note holding '%' (a "
+        "tenant's job id) is written as it is either way"),
+    "services.scheduler.queue.xǁPlacementQueueǁrelease_due__mutmut_14": (
+        'member.not_before = ""',
+        "_Member.not_before is never read: the delayed heap holds its own copy"),
+    "services.scheduler.queue.xǁPlacementQueueǁrelease_due__mutmut_16": (
+        'self._unfitted[job_id] = ""',
+        "_unfitted is an ordered set: its values are never read"),
     "services.scheduler.queue.xǁPlacementQueueǁadd__mutmut_4": (
         "self._counter += 2",
         "seq only orders the members and tells a live heap entry from a stale one: any "

@@ -6,6 +6,7 @@ import pytest
 
 from projections.job_state import evolve, project
 from schemas.events import (
+    ContainerStarted,
     FailureClassified,
     JobCancelled,
     JobSucceeded,
@@ -199,3 +200,35 @@ def test_an_ended_job_has_no_deadline_and_a_late_decision_is_noted_with_why() ->
         late.event_id in a and "would make the job retrying; it already ended cancelled" in a
         for a in view.anomalies
     )
+
+
+def test_facts_after_the_end_and_of_a_future_attempt_are_noted_with_why() -> None:
+    h = JobHistory()
+    h.submit()
+    h.queue()
+    h.schedule()
+    h.emit(JobCancelled, "retry-decider", summary="cancelled by the user")
+    accepted = h.accept()
+    started = h.container_started()
+    future = h.emit(ContainerStarted, h.agent, attempt=2, container_id="c2")
+    notes = project(h.events).anomalies
+    for fact in (accepted, started):
+        assert any(
+            fact.event_id in a and "the attempt moved on after the job ended cancelled" in a
+            for a in notes
+        )
+    assert any(future.event_id in a and "the current attempt is 1" in a for a in notes)
+
+
+def test_facts_while_the_node_is_unheard_wait_for_it_to_be_heard_again() -> None:
+    h = JobHistory()
+    h.submit()
+    h.queue()
+    h.start()
+    h.wait(10)
+    h.unresponsive()
+    h.exit(0, ())
+    view = project(h.events)
+    assert (view.status, view.status_before_lost_contact) == ("lost_contact", "finishing")
+    h.responsive()
+    assert project(h.events).status == "finishing"

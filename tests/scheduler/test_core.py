@@ -630,3 +630,37 @@ def test_a_queued_job_says_why_it_waits() -> None:
 def test_a_retry_s_queueing_says_which_attempt_it_retries_and_why(why: str, reason: str) -> None:
     (queued,) = _lost_and_retried(not_before_s=10, reason=why).decide(T0)
     assert isinstance(queued, JobQueued) and queued.reason == reason
+
+
+def test_an_ended_job_s_id_cannot_be_taken_by_another_submission() -> None:
+    # Once a job has ended, a JobSubmitted reusing its id (another tenant's, say) makes no
+    # new job: the id keeps its owner, so resume_from never reaches the old job's checkpoints.
+    s = state()
+    run(s, node("a"), submit("j"))
+    ended = JobFailed(job_id="j", attempt=1, occurred_at=T0, failure_class="user_process_error",
+                      attribution="user", summary="exit 1", advice="fix it")  # fmt: skip
+    run(s, ended)
+    intruder = JobSubmitted(
+        job_id="j",
+        occurred_at=T0 + timedelta(seconds=1),
+        tenant="other",
+        spec=JobSpec(image="gridledger/python:latest", resources={"gpus": 1}),
+    )
+    assert run(s, intruder, now=T0 + timedelta(seconds=1)) == []
+    assert "j" not in s.jobs and s.owners == {"j": "t"}
+
+
+def test_the_scheduler_notes_each_ignored_submission_and_keeps_the_latest_hundred() -> None:
+    s = state()
+    run(s, submit("j"))
+    intruders = [
+        JobSubmitted(job_id="j", event_id=f"forged-{i}", occurred_at=T0, tenant="other",
+                     spec=JobSpec(image="gridledger/python:latest"))
+        for i in range(150)
+    ]  # fmt: skip
+    run(s, *intruders)
+    assert len(s.anomalies) == 100
+    assert s.anomalies[-1] == (
+        "j: a second JobSubmitted forged-149 (tenant other) ignored; the job was already submitted"
+    )
+    assert "forged-50 " in s.anomalies[0]

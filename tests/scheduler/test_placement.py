@@ -167,3 +167,43 @@ def test_a_job_queued_again_waits_once_with_its_latest_request() -> None:
     assert queue.request_of("j") == latest
     queue.remove("j")
     assert list(queue.heads()) == []
+
+
+def test_a_cpu_only_job_follows_its_preferences_and_only_live_nodes() -> None:
+    fleet = Fleet()
+    register(fleet, "aws-eu", "A10", 24, 0, provider="aws", region="eu")
+    register(fleet, "gcp-us", "A10", 24, 2, provider="gcp", region="us")
+    register(fleet, "drained", "A10", 24, 0, provider="aws", region="eu")
+    fleet.apply(NodeDrained(node_id="drained", occurred_at=T0))
+    cpu = request(gpus=0, vram=0.0)
+    placement = place(fleet, cpu, T0, 30)
+    assert placement is not None
+    assert (placement.node_id, placement.provider, placement.region) == ("aws-eu", "aws", "eu")
+    assert (placement.gpu_model, placement.gpu_indices) == ("", ())
+    assert place(fleet, request(gpus=0, vram=0.0, providers=("gcp",)), T0, 30).node_id == "gcp-us"
+    assert place(fleet, request(gpus=0, vram=0.0, regions=("us",)), T0, 30).node_id == "gcp-us"
+    assert place(fleet, cpu, T0 + timedelta(seconds=31), 30) is None  # every node silent
+
+
+def test_retries_whose_backoff_ended_become_placeable_past_a_stale_entry() -> None:
+    queue = PlacementQueue()
+    due = T0 + timedelta(seconds=5)
+    queue.add("stale", T0 + timedelta(seconds=60), due, request())
+    queue.remove("stale")  # placed meanwhile: its delayed entry is stale
+    queue.add("fitted", T0 + timedelta(seconds=60), due, request(gpus=2))
+    queue.add("unknown-fit", T0 + timedelta(seconds=60), due, None)
+    queue.release_due(T0)
+    assert list(queue.heads()) == [] and queue.unfitted() == []
+    queue.release_due(due)
+    assert list(queue.heads()) == ["fitted"] and queue.unfitted() == ["unknown-fit"]
+
+
+def test_a_kind_nothing_can_hold_is_skipped_and_the_next_kind_is_offered() -> None:
+    queue = PlacementQueue()
+    queue.add("big", T0 + timedelta(seconds=60), None, request(gpus=8))
+    queue.add("small", T0 + timedelta(seconds=60), None, request(gpus=1))
+    offered = []
+    for job_id in queue.heads():
+        offered.append(job_id)
+        queue.skip(job_id)
+    assert offered == ["big", "small"]
