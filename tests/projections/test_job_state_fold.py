@@ -232,3 +232,19 @@ def test_facts_while_the_node_is_unheard_wait_for_it_to_be_heard_again() -> None
     assert (view.status, view.status_before_lost_contact) == ("lost_contact", "finishing")
     h.responsive()
     assert project(h.events).status == "finishing"
+
+
+def test_an_older_fact_while_the_node_is_unheard_does_not_move_the_job_back() -> None:
+    h = JobHistory()
+    h.submit()
+    h.queue()
+    h.schedule()
+    accepted = h.accept()
+    h.container_started()
+    h.wait(10)
+    h.unresponsive()
+    h.add(accepted.model_copy(update={"event_id": "accepted-again"}))  # a late, older fact
+    view = project(h.events)
+    assert (view.status, view.status_before_lost_contact) == ("lost_contact", "running")
+    h.responsive()
+    assert project(h.events).status == "running"

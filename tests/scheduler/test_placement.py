@@ -207,3 +207,17 @@ def test_a_kind_nothing_can_hold_is_skipped_and_the_next_kind_is_offered() -> No
         offered.append(job_id)
         queue.skip(job_id)
     assert offered == ["big", "small"]
+
+
+def test_a_kind_emptied_while_offering_does_not_end_the_offer() -> None:
+    # The caller takes a job of another kind out mid-pass (cancelled, say): later kinds are
+    # still offered.
+    queue = PlacementQueue()
+    for job_id, gpus in (("a", 1), ("b", 2), ("c", 4)):
+        queue.add(job_id, T0 + timedelta(seconds=60), None, request(gpus=gpus))
+    offered = []
+    for job_id in queue.heads():
+        offered.append(job_id)
+        if job_id == "a":
+            queue.remove("b")
+    assert offered == ["a", "c"]
