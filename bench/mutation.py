@@ -52,7 +52,7 @@ TESTS = ("tests/projections", "tests/golden", "tests/processors/test_dispatch.py
 REPORT_JSON = ROOT / "bench/results/mutation.json"
 REPORT_MD = ROOT / "bench/results/mutation.md"
 SAMPLE_SEED = 22
-SAMPLE_SIZE = 5
+SAMPLE_SIZE = 4
 MUTANTS = ROOT / "mutants"
 
 
@@ -203,7 +203,7 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "the job is then 'unfitted', and the same decide() checks its fit again on the same "
         "fleet before placing: the same placement, one fit check more"),
     "services.scheduler.core.xǁSchedulerStateǁ_preflight__mutmut_34": (
-        "",
+        "removed: attempt=0,",
         "attempt=0 dropped: the JobQueued's cause, the JobSubmitted, has attempt 0, which "
         "derived() copies by default"),
     "projections.job_state.x__advance__mutmut_10": (
@@ -396,8 +396,9 @@ def _snippet(name: str, module: str) -> dict[str, str]:
             find = "\n".join(indent + ln if ln else ln for ln in before) + "\n"
             if source.count(find) == 1:
                 replace = "\n".join(indent + ln if ln else ln for ln in after) + "\n"
-                changed = [ln.strip() for ln in mutant[j1:j2]]
-                return {"find": find, "replace": replace, "mutated": " / ".join(changed)}
+                changed = " / ".join(ln.strip() for ln in mutant[j1:j2])
+                gone = " / ".join(ln.strip() for ln in orig[i1:i2])
+                return {"find": find, "replace": replace, "mutated": changed or f"removed: {gone}"}
     raise ValueError(f"{name}: no unique snippet of {module} holds it")
 
 
