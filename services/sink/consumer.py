@@ -146,11 +146,7 @@ class Sink:
                 # lock) until it notices the client is gone: wait for it, as for an outage.
                 self.pg_outage.down(exc)
             except Exception as exc:
-                if db.postgres_unavailable(exc):
-                    self.pg_outage.down(exc)
-                elif broker_unavailable(exc):
-                    self.ledger.outage.down(exc)
-                else:
+                if not db.note_outage(exc, self.pg_outage, self.ledger.outage):
                     raise
             else:
                 return

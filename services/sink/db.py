@@ -10,7 +10,8 @@ from typing import TypeVar
 import asyncpg
 
 from schemas.errors import GridledgerError
-from services.backoff import outage_of, retrying, route_client_logs
+from services.backoff import Outage, outage_of, retrying, route_client_logs
+from services.ledger.errors import broker_unavailable
 from services.settings import Settings
 from services.transport import pg_options
 
@@ -102,6 +103,18 @@ def postgres_unavailable(exc: BaseException) -> bool:
             return True
         exc = exc.__cause__  # type: ignore[assignment]
     return False
+
+
+def note_outage(exc: BaseException, postgres: Outage, broker: Outage) -> bool:
+    """Record ``exc`` as an outage of Postgres or of the broker, for a service that rides
+    out both; False when it is neither (a bug, for the caller to raise)."""
+    if postgres_unavailable(exc):
+        postgres.down(exc)
+    elif broker_unavailable(exc):
+        broker.down(exc)
+    else:
+        return False
+    return True
 
 
 async def take_lock(conn: asyncpg.Connection, lock: str, wait_s: float) -> bool:

@@ -48,7 +48,7 @@ from schemas.events import Event, JobSubmitted
 from services import secretstore
 from services.backoff import outage_of, wait_event
 from services.ledger import TopicPartition
-from services.ledger.client import Ledger, LedgerRecord, broker_unavailable
+from services.ledger.client import Ledger, LedgerRecord
 from services.ops import metrics
 from services.ops.server import ops_server
 from services.secretstore import SecretsKey
@@ -217,11 +217,7 @@ class WebhookService:
             try:
                 await session()
             except Exception as exc:
-                if db.postgres_unavailable(exc):
-                    self.pg_outage.down(exc)
-                elif broker_unavailable(exc):
-                    self.ledger.outage.down(exc)
-                else:
+                if not db.note_outage(exc, self.pg_outage, self.ledger.outage):
                     raise
             else:
                 return
