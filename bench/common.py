@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infra.topics import delete_topics, ensure_topics
+from services.ledger.topics import delete_topics, ensure_topics
 from services.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results"

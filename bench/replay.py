@@ -38,12 +38,13 @@ from aiokafka import TopicPartition
 from bench.common import RESULTS, Result, isolated, self_peak_rss_mb, target
 from bench.load import load
 from schemas import codec
+from schemas.topics import BY_SUFFIX, FOLDED_TOPICS, HISTORY_TOPICS
 from schemas.views import TERMINAL_STATUSES
 from services.ledger import Ledger
-from services.replay.rebuild import FOLDED_TOPICS, Options, default_workers, rebuild
+from services.replay.rebuild import Options, default_workers, rebuild
 from services.settings import Settings
 
-ALL_TOPICS = ("job-events", "heartbeats", "meter-ticks", "log-chunks")
+ALL_TOPICS = tuple(t for t in HISTORY_TOPICS if BY_SUFFIX[t].key == "job")
 
 
 async def replay(

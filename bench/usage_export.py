@@ -37,6 +37,7 @@ from bench.common import Result
 from projections import prices
 from schemas.events import PriceCatalogPublished, PriceEntry
 from schemas.spec import JobSpec
+from schemas.topics import STORED_TOPICS
 from services.api import queries
 from services.api import usage as usage_api
 from services.ledger.port import LedgerRecord
@@ -45,7 +46,7 @@ from services.simulator.histories import SPEC, job_history
 from services.simulator.mix import JobMix
 from services.sink import db
 from services.sink.migrate import migrate_pool
-from services.sink.writer import CONSUMED_TOPICS, ReadModelWriter
+from services.sink.writer import ReadModelWriter
 
 MIX = JobMix.parse("success=80,user_error=10,oom=10", duration="30-600")
 START = datetime(2026, 11, 28, tzinfo=UTC)
@@ -86,7 +87,7 @@ async def load(pool: asyncpg.Pool, writer: ReadModelWriter, jobs: int) -> int:
         end = START + i * SPACING
         events = job_history(f"job-{i:012x}", end, MIX, heartbeat_s=600.0, tick_s=60.0, spec=spec)
         for e in events:
-            if e.TOPIC not in CONSUMED_TOPICS:
+            if e.TOPIC not in STORED_TOPICS:
                 continue  # heartbeats: the sink does not read them
             topic = settings.topic(e.TOPIC)
             ms = int(e.occurred_at.timestamp() * 1000)

@@ -223,7 +223,7 @@ def render_server_properties(settings: Settings, node_id: int = 1) -> str:
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(me.paths.data),
         "num.partitions": "1",
-        # Topics are created explicitly with their partition counts (infra.topics).
+        # Topics are created explicitly with their partition counts (services.ledger.topics).
         "auto.create.topics.enable": "false",
         "default.replication.factor": replicas,
         # An acks=all append is acknowledged once this many replicas have it (2 of 3).

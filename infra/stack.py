@@ -19,11 +19,11 @@ from pathlib import Path
 from aiokafka.errors import KafkaError
 
 from infra import docker_daemon, images, kafka, postgres, seaweedfs, tokens
-from infra import topics as topics_module
 from infra.processes import port_open
 from infra.status import ComponentStatus
 from schemas.errors import StackError
 from services import secretstore
+from services.ledger import topics as topics_module
 from services.notary import keys as notary_keys
 from services.private_files import write_private
 from services.settings import Settings

@@ -18,30 +18,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from schemas.topics import TOPIC_NAMES
 from services.backoff import Backoff
-
-TOPIC_NAMES = (
-    "job-events",
-    "node-events",
-    "heartbeats",
-    "log-chunks",
-    "meter-ticks",
-    "node-commands",
-    "job-state",
-    "accounting",
-    "dead-letter",
-    "ledger-seals",
-    "prices",
-)
-"""Topic suffixes (docs/architecture.md, "Topics and keys"); name: ``topic_prefix + suffix``."""
-
-COMPACTED_TOPICS = frozenset({"job-state", "accounting"})
-NODE_KEYED_TOPICS = frozenset({"node-events", "node-commands"})
-SEALED_TOPICS = ("job-events", "log-chunks", "meter-ticks")
-"""Topics the notary seals (services/notary, README "Audit"): the facts and decisions and
-what the user and billing see of a job. Not the compacted views (compaction removes
-records by design; they are rebuilt from these), not heartbeats (liveness only, the
-largest stream), not the notary's own ``ledger-seals``."""
 
 
 def default_home() -> Path:
@@ -354,7 +332,7 @@ class Settings(BaseSettings):
         return max(1, min(2, self.replication_factor - 1))
 
     def topic(self, name: str) -> str:
-        """Full topic name for a suffix from :data:`TOPIC_NAMES`."""
+        """Full topic name for a suffix from :data:`schemas.topics.TOPIC_NAMES`."""
         if name not in TOPIC_NAMES:
             raise ValueError(f"unknown topic {name!r}; expected one of {', '.join(TOPIC_NAMES)}")
         return f"{self.topic_prefix}{name}"

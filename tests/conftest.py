@@ -21,7 +21,7 @@ import pytest_asyncio
 from hypothesis import settings as hypothesis_settings
 
 from infra.stack import probe
-from infra.topics import delete_topics, ensure_topics
+from services.ledger.topics import delete_topics, ensure_topics
 from services.settings import Settings, load_settings
 from tests.objectstore import PrivateStore
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from schemas.events import Event, MeterTick
+from schemas.topics import HISTORY_TOPICS
 from schemas.views import AccountingRecord
 from services.chaos.invariants import LedgerSnapshot
 from services.ledger import Ledger
 from services.settings import Settings
-
-EVENT_TOPICS = ("job-events", "node-events", "heartbeats", "log-chunks", "meter-ticks")
-"""Topics of facts and decisions: their event ids are the proof that nothing was lost."""
 
 
 async def snapshot(settings: Settings) -> LedgerSnapshot:
@@ -19,7 +17,8 @@ async def snapshot(settings: Settings) -> LedgerSnapshot:
     read_at = datetime.now(UTC)
     snap = LedgerSnapshot(read_at=read_at)
     async with Ledger(settings, "chaos-collect") as ledger:
-        for suffix in EVENT_TOPICS:
+        # The history's event ids are the proof that nothing was lost.
+        for suffix in HISTORY_TOPICS:
             async for record in ledger.read_partitions(settings.topic(suffix)):
                 value = record.value
                 if not isinstance(value, Event):

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from infra import kafka, postgres
-from infra.topics import admin_client
 from services.chaos.procs import libfaketime
+from services.ledger.topics import admin_client
 
 if TYPE_CHECKING:
     from services.chaos.harness import Phase

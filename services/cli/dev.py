@@ -96,7 +96,7 @@ def topics(out: Output) -> int:
 
     For deployments whose Kafka is not started by `dev up` (e.g. docker-compose).
     """
-    from infra.topics import ensure_topics
+    from services.ledger.topics import ensure_topics
 
     created = asyncio.run(ensure_topics(load_settings()))
     out.emit(

@@ -82,7 +82,7 @@ def simulate(
         )
 
     if with_services:
-        from infra.topics import delete_topics, ensure_topics
+        from services.ledger.topics import delete_topics, ensure_topics
         from services.simulator.run import run_with_services
 
         tag = uuid.uuid4().hex[:8]

@@ -31,6 +31,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from schemas.topics import SEALED_TOPICS
 from services.backoff import retrying
 from services.clock import utcnow
 from services.ledger import Ledger, TopicPartition, broker_unavailable
@@ -45,7 +46,7 @@ from services.notary.chain import Seal, SealError, follows, leaf_of, next_seal
 from services.notary.store import SealStore
 from services.objectstore import ObjectStoreError
 from services.ops import metrics
-from services.settings import SEALED_TOPICS, Settings
+from services.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,12 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from schemas.topics import SEALED_TOPICS
 from services.ledger import Ledger
 from services.notary.chain import Seal, SealError, follows, leaf_of
 from services.notary.findings import Finding, Unsealed, compare
 from services.notary.store import SealStore
-from services.settings import SEALED_TOPICS, Settings
+from services.settings import Settings
 
 SHOWN_PER_KIND = 50
 """Findings of one kind the text report lists before it counts the rest."""

@@ -209,7 +209,7 @@ def agent_endpoints(settings: Settings, agent: Any) -> OpsEndpoints:
 
 def notary_endpoints(settings: Settings, notary: Any) -> OpsEndpoints:
     """Notary: broker with the sealed topics and ledger-seals, sealing live, lag."""
-    from services.settings import SEALED_TOPICS
+    from schemas.topics import SEALED_TOPICS
 
     def sealing() -> tuple[bool, str]:
         if notary.ready.is_set() and notary.consumer is not None:

@@ -25,9 +25,9 @@ from typing import Any
 from schemas import codec
 from schemas.errors import EventDecodeError
 from schemas.events import Event, MeterTick
+from schemas.topics import FOLDED_TOPICS
 from services.ledger.client import Ledger, heard_at, partition_for, skipped
 from services.replay.offline import FORMAT, FORMAT_VERSION, live_decisions
-from services.replay.rebuild import FOLDED_TOPICS
 
 CONSUMER = "export"
 

@@ -35,15 +35,13 @@ from dataclasses import dataclass, field
 from projections import job_state
 from schemas.errors import LedgerError
 from schemas.events import Event, MeterTick
+from schemas.topics import FOLDED_TOPICS
 from schemas.views import AccountingRecord, JobView
 from services.gc_tuning import tuned_gc
 from services.ledger.client import Ledger
 from services.replay.decisions import DecisionDrift, drift_of
 from services.settings import Settings
 from services.sink.writer import account, default_policy, new_view
-
-FOLDED_TOPICS = ("job-events", "meter-ticks")
-"""The topics whose records the folds take (suffixes)."""
 
 JOB_STATE = "job-state"
 
@@ -239,7 +237,7 @@ async def rebuild(
 ) -> Rebuilt:
     """Rebuild every job, with ``workers`` processes (default: one per core; 1: in-process).
 
-    The job-keyed topics share ``settings.job_partitions`` partitions (``infra.topics``),
+    The job-keyed topics share ``settings.job_partitions`` partitions (``services.ledger.topics``),
     which is what makes a partition's jobs whole; partition p goes to worker p % workers.
     Topics with different partition counts are rebuilt in-process.
     """

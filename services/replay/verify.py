@@ -25,6 +25,7 @@ from typing import Any
 
 import asyncpg
 
+from schemas.topics import STORED_TOPICS
 from services.ledger import TopicPartition
 from services.ledger.client import Ledger, LedgerRecord
 from services.replay.compare import COMPARED_TABLES, RowDifference, compare_table
@@ -34,7 +35,7 @@ from services.settings import Settings
 from services.sink import db
 from services.sink.consumer import CONSUMER_NAME, Sink, store_offsets, stored_offsets
 from services.sink.migrate import apply_migrations
-from services.sink.writer import CONSUMED_TOPICS, ReadModelWriter
+from services.sink.writer import ReadModelWriter
 
 CHUNK = 1000
 
@@ -131,7 +132,7 @@ async def verify(
                 report.lag[f"{tp.topic}/{tp.partition}"] = end - snapshot.get(tp, 0)
 
         writer = ReadModelWriter(settings)
-        for suffix in CONSUMED_TOPICS:
+        for suffix in STORED_TOPICS:
             topic = settings.topic(suffix)
             pending: list[LedgerRecord] = []
             async for record in ledger.read_partitions(topic, consumer_name="replay"):

@@ -28,6 +28,7 @@ from projections import accounting, job_state, prices
 from projections.accounting import AccountingPolicy
 from projections.prices import PriceBook
 from schemas.events import Event, LogChunk, MeterTick, NodeEvent, PriceCatalogPublished
+from schemas.topics import STORED_TOPICS
 from schemas.views import AccountingRecord, JobView
 from services.ledger.client import LedgerRecord
 from services.ops.logs import attach_context, event_context
@@ -38,9 +39,6 @@ from services.sink.rows import Row
 from services.sink.tables import TABLES, insert_ignore, upsert
 
 _T = TypeVar("_T")
-
-CONSUMED_TOPICS = ("job-events", "log-chunks", "meter-ticks", "node-events", "prices")
-"""Topic suffixes the sink reads."""
 
 
 def default_policy() -> AccountingPolicy:
@@ -85,7 +83,7 @@ class ReadModelWriter:
         self.settings = settings
         self.policy = policy if policy is not None else default_policy()
         self.cache = JobCache(cache_jobs)
-        self._suffix = {settings.topic(s): s for s in CONSUMED_TOPICS}
+        self._suffix = {settings.topic(s): s for s in STORED_TOPICS}
 
     def forget(self) -> None:
         """Drop the in-memory job states (after an outage: the tables are the truth)."""

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.topics import delete_topics, ensure_topics
+from services.ledger.topics import delete_topics, ensure_topics
 from services.settings import load_settings
 from services.sink.db import drop_schema
 from tests.adversarial.stack import Hostile, hostile_settings

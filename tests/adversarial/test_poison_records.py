@@ -23,9 +23,9 @@ import pytest
 from schemas import codec
 from schemas.events import CancelRequested, JobSubmitted
 from schemas.spec import JobSpec
+from schemas.topics import TOPIC_NAMES
 from services.ledger import Ledger
 from services.ledger.client import DLQ_CONSUMER, DLQ_SOURCE_TOPIC
-from services.settings import TOPIC_NAMES
 from tests.adversarial.after import check_all
 from tests.adversarial.stack import ATTACKER, NODES, Hostile, sh_job
 from tests.processors.harness import submitted

@@ -17,13 +17,13 @@ import pytest_asyncio
 
 from infra import kafka
 from infra.private import free_port
-from infra.topics import ensure_topics
 from schemas.events import AttemptHeartbeat, ComputeHeld, ComputeReleased, LogChunk, MeterTick
 from services.agent.errors import ImageUnavailableError
 from services.agent.publisher import LedgerPublisher
 from services.agent.runtime import DockerRuntime
 from services.agent.spool import SpoolEntry
 from services.ledger import Ledger
+from services.ledger.topics import ensure_topics
 from services.settings import Settings, load_settings
 from tests.agent.conftest import (
     Harness,

@@ -3,7 +3,7 @@
 It keeps what the broker would: per (topic, partition) an append-only list of
 encoded records (key, value bytes, headers, offset, append time), partitioned
 like the real ledger (:func:`services.ledger.client.partition_for`) with the
-partition counts of :func:`infra.topics.topic_specs`. Values go through the one
+partition counts of :func:`services.ledger.topics.topic_specs`. Values go through the one
 codec both ways, so a fake run decodes exactly what a real one would.
 ``tests/ledger/test_contract.py`` runs the same tests on it and on the real
 ledger against the broker.
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Self
 
-from infra.topics import BROKER_TIMED, topic_specs
 from schemas import codec
 from schemas.errors import EventDecodeError, LedgerError
+from schemas.topics import BROKER_TIMED
 from services.backoff import outage_of
 from services.ledger import TopicPartition
 from services.ledger.client import (
@@ -39,6 +39,7 @@ from services.ledger.client import (
 )
 from services.ledger.errors import BrokerUnavailableError, record_too_large
 from services.ledger.port import Appended, Encoded, LedgerRecord
+from services.ledger.topics import topic_specs
 from services.settings import Settings
 
 log = logging.getLogger(__name__)

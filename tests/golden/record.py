@@ -63,9 +63,9 @@ async def record(settings: Settings, job_id: str, name: str, description: str, s
 
 def record_demo(chosen: dict[str, str]) -> list[Path]:
     """Run the demo's catalogue on a scratch installation and record the chosen jobs."""
-    from infra.topics import delete_topics, ensure_topics
     from services.demo.run import Demo
     from services.demo.scenarios import ALL_JOBS
+    from services.ledger.topics import delete_topics, ensure_topics
     from tests.own_home import with_own_home
 
     jobs = {job.key: job for job in ALL_JOBS}

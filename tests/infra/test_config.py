@@ -14,13 +14,14 @@ import pytest
 from infra import kafka, processes, stack, tokens
 from infra.private import free_port
 from infra.status import ComponentStatus
-from infra.topics import topic_specs
 from schemas.errors import StackError
+from schemas.topics import COMPACTED_TOPICS, TOPIC_NAMES
 from services import tokens as token_file
 from services.cli.config import Profile, UserConfig
 from services.cli.main import command
+from services.ledger.topics import topic_specs
 from services.private_files import write_private
-from services.settings import COMPACTED_TOPICS, TOPIC_NAMES, Settings, load_settings
+from services.settings import Settings, load_settings
 
 
 def _props(text: str) -> dict[str, str]:

@@ -20,11 +20,11 @@ import pytest_asyncio
 
 from infra import kafka, stack
 from infra.private import link_jars, new_home, private_settings
-from infra.topics import ensure_topics, topic_configs, topic_specs
 from schemas.errors import LedgerError, StackError
 from schemas.events import JobSubmitted
 from services.ledger import Ledger
 from services.ledger.client import partition_for
+from services.ledger.topics import ensure_topics, topic_configs, topic_specs
 from services.settings import Settings, load_settings
 from tests.schemas.samples import SPEC
 
@@ -112,7 +112,7 @@ async def cluster() -> AsyncIterator[Settings]:
 
 
 async def _leader_of(settings: Settings, topic: str, partition: int) -> tuple[int, list[int]]:
-    from infra.topics import admin_client
+    from services.ledger.topics import admin_client
 
     async with admin_client(settings) as admin:
         (described,) = await admin.describe_topics([topic])

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from infra import kafka
-from infra.topics import admin_client, delete_topics, ensure_topics, topic_configs, topic_specs
-from services.settings import COMPACTED_TOPICS, TOPIC_NAMES
+from schemas.topics import COMPACTED_TOPICS, TOPIC_NAMES
+from services.ledger.topics import (
+    admin_client,
+    delete_topics,
+    ensure_topics,
+    topic_configs,
+    topic_specs,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from infra.topics import delete_topics, ensure_topics
 from projections.job_state import project
 from schemas import codec
 from schemas.errors import LedgerError
@@ -34,6 +33,7 @@ from schemas.views import JobView
 from services.ledger import Ledger, LedgerPort, TopicPartition, partition_for
 from services.ledger.client import DLQ_CONSUMER, DLQ_REASON, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
 from services.ledger.errors import LedgerRefusedError
+from services.ledger.topics import delete_topics, ensure_topics
 from services.ops.metrics import REGISTRY
 from services.settings import Settings
 from tests.conftest import require_stack

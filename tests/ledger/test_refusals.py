@@ -23,10 +23,10 @@ from aiokafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from infra.topics import admin_client
 from schemas.events import LogChunk
 from services.ledger import BrokerUnavailableError, Ledger, LedgerRefusedError, broker_unavailable
 from services.ledger.errors import FATAL, append_failed, refusal_of
+from services.ledger.topics import admin_client
 from services.settings import Settings
 from tests.schemas.samples import sample
 

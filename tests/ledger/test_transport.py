@@ -24,9 +24,9 @@ import pytest_asyncio
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 from pydantic import ValidationError
 
-from infra.topics import admin_client
 from services.ledger import Ledger
 from services.ledger.health import KafkaCheck
+from services.ledger.topics import admin_client
 from services.ops.wiring import kafka_check
 from services.processors.app import faust_credentials
 from services.settings import Settings

@@ -30,17 +30,18 @@ from aiokafka.admin import NewTopic
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from infra.private import free_port
-from infra.topics import admin_client, delete_topics, ensure_topics
+from schemas.topics import SEALED_TOPICS
 from services.cli.main import main
 from services.ledger import Ledger, partition_for
 from services.ledger.client import DLQ_CONSUMER, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
+from services.ledger.topics import admin_client, delete_topics, ensure_topics
 from services.notary import keys
 from services.notary.chain import Seal, next_seal
 from services.notary.service import Notary
 from services.notary.store import SealStore
 from services.notary.verify import Report, verify
 from services.ops.wiring import notary_endpoints
-from services.settings import SEALED_TOPICS, Settings
+from services.settings import Settings
 from tests.processors.harness import submitted
 from tests.waiting import eventually
 

@@ -19,10 +19,11 @@ import asyncpg
 import pytest
 
 from infra.tokens import token_for
+from schemas.topics import TOPIC_NAMES
 from services.cli.client import ApiClient, base_url
 from services.ledger import Ledger
 from services.secretstore import ensure_key
-from services.settings import TOPIC_NAMES, Settings, load_settings
+from services.settings import Settings, load_settings
 from tests.system.conftest import System, run_system, sh, system_settings, workdir
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,7 @@
 """Create and delete the topics with explicit partition counts.
 
-The topics and their keys: docs/architecture.md, "Topics and keys".
+The topics, their keys and rules are one table, :mod:`schemas.topics`; why each is as
+it is: docs/architecture.md, "Topics and keys".
 
 The broker never auto-creates topics (``auto.create.topics.enable=false``), so
 every service and test relies on :func:`ensure_topics`. Tests call it with
@@ -19,24 +20,12 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from schemas.errors import StackError
-from services.settings import COMPACTED_TOPICS, NODE_KEYED_TOPICS, TOPIC_NAMES, Settings
+from schemas.topics import TOPICS
+from services.settings import Settings
 from services.transport import kafka_options
 
 TOPIC_ALREADY_EXISTS = 36
 UNKNOWN_TOPIC_OR_PARTITION = 3
-DEAD_LETTER = "dead-letter"
-SEALS = "ledger-seals"
-BROKER_TIMED = frozenset({"heartbeats", "job-events", "node-events"})
-"""Topics whose records carry the broker's append time, not the producer's clock: the
-watchdog judges an agent's silence, and the scheduler a node's liveness, by when the
-platform heard it (docs/watchdog.md)."""
-
-SINGLE_PARTITION = frozenset({DEAD_LETTER, SEALS, "prices"})
-"""Low volume, read by people and tools or read whole: one partition keeps arrival order
-(every price catalog version in the order the price book folds them)."""
-KEPT_FOREVER = frozenset({SEALS, "prices"})
-"""Topics no retention may shorten: a seal proves nothing once it is gone, and the price
-book is folded from every version."""
 
 
 @dataclass(frozen=True)
@@ -49,28 +38,24 @@ class TopicSpec:
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
-    """The topics of :data:`TOPIC_NAMES` with the settings' prefix, partitions and configs."""
+    """The topics of :data:`schemas.topics.TOPICS` with the settings' prefix, partitions
+    and configs."""
+    partitions = {"job": settings.job_partitions, "node": settings.node_partitions, "one": 1}
     specs = []
-    for suffix in TOPIC_NAMES:
-        if suffix in NODE_KEYED_TOPICS:
-            partitions = settings.node_partitions
-        elif suffix in SINGLE_PARTITION:
-            partitions = 1
-        else:
-            partitions = settings.job_partitions
+    for topic in TOPICS:
         configs = {
-            "cleanup.policy": "compact" if suffix in COMPACTED_TOPICS else "delete",
+            "cleanup.policy": "compact" if topic.compacted else "delete",
             # Explicit, not the broker's default: the producer's max_request_size agrees.
             "max.message.bytes": str(settings.kafka_max_message_bytes),
         }
         if settings.replication_factor > 1:
             # Per topic as well as the broker default: a topic keeps it on any cluster.
             configs["min.insync.replicas"] = str(settings.min_insync_replicas)
-        if suffix in KEPT_FOREVER:
+        if topic.kept_forever:
             configs["retention.ms"] = "-1"
-        if suffix in BROKER_TIMED:
+        if topic.broker_time:
             configs["message.timestamp.type"] = "LogAppendTime"
-        specs.append(TopicSpec(settings.topic(suffix), partitions, configs))
+        specs.append(TopicSpec(settings.topic(topic.suffix), partitions[topic.key], configs))
     return specs
 
 
