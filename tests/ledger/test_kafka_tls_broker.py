@@ -20,10 +20,10 @@ import pytest_asyncio
 from cryptography.hazmat.primitives import serialization
 from pydantic import SecretStr
 
-from infra import kafka, processes, topics
+from infra import kafka, processes
 from infra.private import free_ports, link_jars, new_home, private_settings
 from schemas.events import JobSucceeded
-from services.ledger import Ledger
+from services.ledger import Ledger, topics
 from services.ledger.errors import LedgerError
 from services.settings import Settings
 from tests.schemas.samples import T0
