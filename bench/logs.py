@@ -18,8 +18,8 @@ import uuid
 
 from bench.common import Result, isolated, ratio, target
 from bench.stack import BenchStack
-from infra.private import free_port
 from schemas.views import TERMINAL_STATUSES
+from services.ops.specs import free_port
 from services.settings import Settings
 from services.stats import percentile, summary
 

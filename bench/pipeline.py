@@ -21,10 +21,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.common import Result, isolated, peak_rss_mb, target
 from bench.load import Encoded, encode, histories
-from infra.services import ServiceSpec
 from schemas import codec
 from schemas.views import AccountingRecord, JobView
 from services.ledger import Ledger
+from services.ops.specs import ServiceSpec
 from services.ops.supervisor import Supervisor
 from services.settings import Settings
 from services.stats import summary

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import peak_rss_mb
-from infra.services import LOCAL_AGENT_ENV, ServiceSpec
 from schemas.errors import GridledgerError
 from services.cli.client import ApiClient, base_url, resolve_token
+from services.ops.specs import LOCAL_AGENT_ENV, ServiceSpec
 from services.ops.supervisor import Supervisor
 from services.settings import Settings
 

@@ -15,25 +15,8 @@ from pathlib import Path
 
 from infra import kafka, seaweedfs
 from infra.kafka import KafkaPaths
+from services.ops.specs import free_ports
 from services.settings import Settings
-
-
-def free_port() -> int:
-    """A port nothing listens on right now on 127.0.0.1 (the OS picks it); another process
-    may still take it before it is bound."""
-    return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct ports nothing listens on right now (bound together, then freed)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def free_s3_base() -> int:

@@ -37,7 +37,6 @@ import asyncpg
 
 from infra import kafka, postgres, processes, stack, tokens
 from infra.private import link_jars, new_home, private_settings
-from infra.services import ServiceSpec, settings_env
 from projections.bounds import Thresholds
 from schemas.errors import StackError
 from schemas.views import TERMINAL_STATUSES
@@ -49,6 +48,7 @@ from services.chaos.netns import available as netns_available
 from services.chaos.procs import Services
 from services.chaos.workload import DOCKER_MODEL, SIM_MODEL, Planned, Workload, plan
 from services.ledger import Ledger, TopicPartition
+from services.ops.specs import ServiceSpec, settings_env
 from services.settings import Settings
 from services.sink.consumer import CONSUMER_NAME
 

@@ -18,8 +18,8 @@ import time
 from collections import Counter
 from dataclasses import replace
 
-from infra.services import ServiceSpec
 from services.ops.fleet import RestartPolicy
+from services.ops.specs import ServiceSpec
 from services.ops.supervisor import Supervisor
 from services.settings import Settings
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from infra import stack, tokens
-from infra.services import LOCAL_AGENT_ENV, ServiceSpec
 from schemas.errors import GridledgerError
 from schemas.views import TERMINAL_STATUSES
 from services.cli import render
@@ -38,6 +37,7 @@ from services.demo.scenarios import (
 )
 from services.objectstore import Credential, CredentialsFile
 from services.ops.fleet import RestartPolicy
+from services.ops.specs import LOCAL_AGENT_ENV, ServiceSpec
 from services.ops.supervisor import Supervisor, supervisor_alive
 from services.private_files import write_private
 from services.settings import Settings

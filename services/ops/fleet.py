@@ -28,8 +28,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from infra.services import ServiceSpec
 from schemas.errors import GridledgerError
+from services.ops.specs import ServiceSpec
 
 OpsPort = int | Literal["auto"]
 

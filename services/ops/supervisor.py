@@ -36,10 +36,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infra.private import free_port
-from infra.services import ServiceSpec, settings_env, tail
 from schemas.errors import StackError
 from services.ops.fleet import RestartPolicy
+from services.ops.specs import ServiceSpec, free_port, settings_env, tail
 from services.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -147,7 +147,7 @@ def run_with_services(
     settings: Settings, log_dir: Any, coro_factory: Callable[[Settings], Any]
 ) -> Any:
     """Start a scheduler and a processors worker on ``settings`` around ``coro_factory``."""
-    from infra.services import ServiceSpec
+    from services.ops.specs import ServiceSpec
     from services.ops.supervisor import Supervisor
 
     services = Supervisor(settings, log_dir=log_dir)

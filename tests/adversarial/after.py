@@ -26,9 +26,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from infra.services import settings_env
 from services import tokens
 from services.cli.client import ApiClient, ApiError
+from services.ops.specs import settings_env
 from tests.adversarial.stack import VICTIM, Hostile, sh_job
 from tests.system.conftest import TERMINAL_EVENTS
 

@@ -16,7 +16,6 @@ import pytest
 import pytest_asyncio
 
 from infra import kafka
-from infra.private import free_port
 from schemas.events import AttemptHeartbeat, ComputeHeld, ComputeReleased, LogChunk, MeterTick
 from services.agent.errors import ImageUnavailableError
 from services.agent.publisher import LedgerPublisher
@@ -24,6 +23,7 @@ from services.agent.runtime import DockerRuntime
 from services.agent.spool import SpoolEntry
 from services.ledger import Ledger
 from services.ledger.topics import ensure_topics
+from services.ops.specs import free_port
 from services.settings import Settings, load_settings
 from tests.agent.conftest import (
     Harness,

@@ -8,10 +8,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from infra.private import free_port
 from services.agent.errors import ContainerStartError
 from services.agent.secrets import SecretsClient
 from services.agent.settings import AgentSettings
+from services.ops.specs import free_port
 from services.secretstore import ensure_key
 from services.settings import Settings
 

@@ -18,11 +18,11 @@ import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from infra.private import free_port
 from schemas.events import JobSubmitted
 from services.api.app import build_app
 from services.api.errors import PROBLEM_JSON
 from services.ledger import Ledger
+from services.ops.specs import free_port
 from services.settings import Settings
 from tests.api.conftest import Api, write_tokens
 from tests.api.test_jobs import SPEC_YAML

@@ -25,13 +25,13 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from infra.private import free_port
 from schemas.views import JOB_STATUSES, TERMINAL_STATUSES, AttemptStatus
 from services.api.models import NodeDocument
 from services.cli.client import resolve_token
 from services.demo.run import Demo
 from services.demo.scenarios import BUSYBOX, JOBS, NODE_LOST
 from services.ledger.topics import delete_topics, ensure_topics
+from services.ops.specs import free_port
 from services.settings import Settings, load_settings
 from tests.console import a11y, browser
 from tests.own_home import with_own_home

@@ -34,7 +34,7 @@ import pytest
 import yaml
 
 from infra import kafka, seaweedfs
-from infra.private import free_ports
+from services.ops.specs import free_ports
 from services.settings import Settings
 
 pytestmark = pytest.mark.integration

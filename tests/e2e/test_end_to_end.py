@@ -21,11 +21,10 @@ from typing import Any
 
 import pytest
 
-from infra.private import free_port
-from infra.services import settings_env
 from services.demo.run import Demo, DemoResult, table
 from services.demo.scenarios import ALL_JOBS, NODE_LOST, DemoJob
 from services.ledger.topics import delete_topics, ensure_topics
+from services.ops.specs import free_port, settings_env
 from services.settings import Settings, load_settings
 from services.sink.db import drop_schema
 from tests.offline import replay_offline

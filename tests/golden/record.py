@@ -25,9 +25,9 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infra.private import free_port
 from schemas.events import MeterTick
 from services.ledger import Ledger
+from services.ops.specs import free_port
 from services.settings import Settings, load_settings
 from services.sink.db import drop_schema
 from tests.golden.golden import HERE, dump

@@ -12,7 +12,6 @@ import click
 import pytest
 
 from infra import kafka, processes, stack, tokens
-from infra.private import free_port
 from infra.status import ComponentStatus
 from schemas.errors import StackError
 from schemas.topics import COMPACTED_TOPICS, TOPIC_NAMES
@@ -20,6 +19,7 @@ from services import tokens as token_file
 from services.cli.config import Profile, UserConfig
 from services.cli.main import command
 from services.ledger.topics import topic_specs
+from services.ops.specs import free_port
 from services.private_files import write_private
 from services.settings import Settings, load_settings
 

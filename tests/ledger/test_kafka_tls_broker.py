@@ -21,10 +21,11 @@ from cryptography.hazmat.primitives import serialization
 from pydantic import SecretStr
 
 from infra import kafka, processes
-from infra.private import free_ports, link_jars, new_home, private_settings
+from infra.private import link_jars, new_home, private_settings
 from schemas.events import JobSucceeded
 from services.ledger import Ledger, topics
 from services.ledger.errors import LedgerError
+from services.ops.specs import free_ports
 from services.settings import Settings
 from tests.schemas.samples import T0
 from tests.tls import make_pki

@@ -29,7 +29,6 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import NewTopic
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from infra.private import free_port
 from schemas.topics import SEALED_TOPICS
 from services.cli.main import main
 from services.ledger import Ledger, partition_for
@@ -40,6 +39,7 @@ from services.notary.chain import Seal, next_seal
 from services.notary.service import Notary
 from services.notary.store import SealStore
 from services.notary.verify import Report, verify
+from services.ops.specs import free_port
 from services.ops.wiring import notary_endpoints
 from services.settings import Settings
 from tests.processors.harness import submitted

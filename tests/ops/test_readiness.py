@@ -13,7 +13,6 @@ import pytest
 import pytest_asyncio
 from aiokafka import TopicPartition
 
-from infra.private import free_port
 from services.ledger import Ledger
 from services.ledger.client import partition_for
 from services.ledger.health import KafkaCheck
@@ -27,6 +26,7 @@ from services.ops.checks import (
 )
 from services.ops.logs import JsonFormatter, log_context
 from services.ops.server import OpsEndpoints, OpsServer
+from services.ops.specs import free_port
 from services.settings import Settings
 from tests.sink.scenario import run_facts
 

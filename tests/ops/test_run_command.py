@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from infra.private import free_port
+from services.ops.specs import free_port
 from services.ops.supervisor import reap_orphans
 from services.settings import Settings
 from tests.ops.test_supervisor import REPO, gone, wait_until

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from infra.services import ServiceSpec
 from schemas.errors import StackError
 from services.ledger import Ledger
 from services.ops.fleet import RestartPolicy, load_fleet
+from services.ops.specs import ServiceSpec
 from services.ops.supervisor import Supervisor, fetch_json
 from services.settings import Settings
 from tests.sink.pg import private_schema

@@ -30,14 +30,13 @@ from typing import Any
 import asyncpg
 import pytest
 
-from infra.private import free_port
-from infra.services import LOCAL_AGENT_ENV, ServiceSpec, tail
 from projections.bounds import Thresholds, terminal_bound_s
 from schemas.spec import JobSpec
 from schemas.views import TERMINAL_STATUSES
 from services.agent.runtime import LABEL_NODE
 from services.cli.client import ApiClient, base_url, resolve_token
 from services.ledger.topics import delete_topics, ensure_topics
+from services.ops.specs import LOCAL_AGENT_ENV, ServiceSpec, free_port, tail
 from services.ops.supervisor import Supervisor
 from services.settings import Settings, load_settings
 from tests.agent.conftest import remove_node_containers

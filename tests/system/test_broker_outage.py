@@ -16,10 +16,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.services import LOCAL_AGENT_ENV, ServiceSpec
 from schemas.events import AttemptScheduled, CancelRequested, Event, JobSubmitted
 from services.api.idempotency import id_key, job_id_for
 from services.ledger import Ledger
+from services.ops.specs import LOCAL_AGENT_ENV, ServiceSpec
 from tests.system.outage_stack import SPEC_OK, PrivateStack, Reply, write_inventory
 
 pytestmark = pytest.mark.integration

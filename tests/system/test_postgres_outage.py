@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from infra.services import LOCAL_AGENT_ENV, ServiceSpec
+from services.ops.specs import LOCAL_AGENT_ENV, ServiceSpec
 from tests.sse import Follower
 from tests.system.outage_stack import SPEC_OK, PrivateStack, Reply, write_inventory
 

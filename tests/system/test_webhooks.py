@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from standardwebhooks import Webhook
 
-from infra.services import ServiceSpec
+from services.ops.specs import ServiceSpec
 from services.secretstore import ensure_key
 from services.settings import load_settings
 from services.webhooks.store import EVENT_NAMES

@@ -1,4 +1,4 @@
-"""What a gridledger service process is given: its arguments and its environment.
+"""What a gridledger service process is given: its arguments, environment and ops port.
 
 The supervisor (:mod:`services.ops.supervisor`) starts these. Every service gets
 the same settings through ``GRIDLEDGER_*`` environment variables, so a test can
@@ -9,6 +9,7 @@ and API port.
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,24 @@ class ServiceSpec:
     ops_port: int | str = "auto"
     restart: bool = True
     wrapper: list[str] = field(default_factory=list)
+
+
+def free_port() -> int:
+    """A port nothing listens on right now on 127.0.0.1 (the OS picks it); another process
+    may still take it before it is bound."""
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports nothing listens on right now (bound together, then freed)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def tail(path: Path, lines: int = 30) -> str:
