@@ -45,8 +45,8 @@ from services.ledger.port import Encoded
 from services.ops import metrics
 from services.ops.logs import attach_context, event_context
 from services.processors import dispatch
+from services.processors.snapshot import is_settled
 from services.processors.store import LOCAL, JobStore
-from services.replay.snapshot import is_settled
 from services.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ the event being processed, so the answer is the one it would have given live.
 
 Catch-up from the snapshot: before reading a partition the store reads the
 latest views and accounting records the processors published on the compacted
-topics (:mod:`services.replay.snapshot`). The records of *settled* jobs
+topics (:mod:`services.processors.snapshot`). The records of *settled* jobs
 (terminal and accounted for) are skipped by key without decoding them, and such
 a job's history is read (:meth:`JobStore.unsettle`) only when a record for it
 arrives, before that record is taken: what the processors then see of the job
@@ -46,7 +46,7 @@ from schemas.errors import EventDecodeError
 from schemas.events import AttemptHeartbeat, Event, MeterTick
 from services.ledger import LedgerPort
 from services.ledger.client import heard_at, partition_for
-from services.replay.snapshot import read_snapshot
+from services.processors.snapshot import read_snapshot
 
 log = logging.getLogger(__name__)
 

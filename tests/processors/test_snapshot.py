@@ -9,7 +9,7 @@ from projections.decisions import settle
 from projections.job_state import project
 from schemas.events import MeterTick
 from schemas.views import AccountingRecord, JobView
-from services.replay.snapshot import Snapshot, is_settled
+from services.processors.snapshot import Snapshot, is_settled
 from services.simulator.histories import job_history
 from services.simulator.mix import JobMix
 
