@@ -213,3 +213,12 @@ def public_paths(operations: Sequence[Operation]) -> frozenset[str]:
 def agent_paths(operations: Sequence[Operation]) -> frozenset[str]:
     """Path templates that take an agent credential instead of a tenant token."""
     return frozenset(op.path for op in operations if op.agent)
+
+
+OPENAPI = web.AppKey("openapi", dict)
+"""The document of the app's routes, built once by ``build_app``."""
+
+
+async def serve_document(request: web.Request) -> web.Response:
+    """GET /openapi.json: the API's description, built from the same routes and models it serves."""
+    return web.json_response(request.app[OPENAPI])

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from services.api.app import ROUTES
 from services.api.openapi import Operation
+from services.api.routes import ROUTES
 from services.cli.explain import explain
 from tests.api.conftest import Api
 from tests.api.test_jobs import submit

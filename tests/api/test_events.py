@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from aiohttp import ClientResponse
 
-from services.api.app import EVENTS
+from services.api.deps import EVENTS
 from tests.api.conftest import OTHER_TOKEN, Api
 from tests.sink.scenario import run_facts
 from tests.sse import Frame, Parser

@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from services.api.app import OPENAPI
+from services.api.openapi import OPENAPI
 from tests.api.conftest import DEV_TOKEN, Api
 from tests.api.test_jobs import submit
 

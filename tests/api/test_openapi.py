@@ -7,7 +7,9 @@ from typing import Any, cast
 
 import asyncpg
 
-from services.api.app import OPENAPI, OPERATIONS, build_app
+from services.api.app import build_app
+from services.api.openapi import OPENAPI
+from services.api.routes import OPERATIONS
 from services.ledger import Ledger
 from services.ops.server import OpsEndpoints
 from services.settings import load_settings

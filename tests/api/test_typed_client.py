@@ -10,8 +10,8 @@ import pytest
 import yaml
 from gridledger_client.http import DOCUMENTS, ApiError, Client, TransportRefusedError
 
-from services.api.app import OPERATIONS
 from services.api.openapi import openapi_document
+from services.api.routes import OPERATIONS
 from tests.api.conftest import DEV_TOKEN, Api
 from tests.api.test_jobs import SPEC_YAML
 
