@@ -12,10 +12,11 @@ from typing import Any
 import click
 
 from schemas.views import JOB_STATUSES, TERMINAL_STATUSES
+from services.api.explain import STATUS_LINES, Markup
+from services.api.explain import explain as explain_text
 from services.cli import render
 from services.cli.client import ApiClient, ApiError
 from services.cli.exits import CliError, Exit
-from services.cli.explain import STATUS_LINES, explain
 from services.cli.logs import Printer, follow_log
 from services.cli.options import (
     Connection,
@@ -28,6 +29,11 @@ from services.cli.options import (
     output_options,
     timeout_option,
 )
+
+
+def explain(job: dict[str, Any]) -> str:
+    """The job's explanation (:func:`services.api.explain.explain`), in colour on a terminal."""
+    return explain_text(job, Markup(render.bold, render.status, render.dim))
 
 
 def job_path(job: str, suffix: str = "", as_of: str | None = None) -> str:

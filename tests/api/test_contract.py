@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from services.api.explain import explain
 from services.api.openapi import Operation
 from services.api.routes import ROUTES
-from services.cli.explain import explain
 from tests.api.conftest import Api
 from tests.api.test_jobs import submit
 from tests.sink.scenario import node_facts, run_facts

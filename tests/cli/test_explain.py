@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from services.api.explain import explain
 from services.cli import render
-from services.cli.explain import explain
 
 FAILED_JOB: dict[str, Any] = {
     "job_id": "job-0123456789ab",

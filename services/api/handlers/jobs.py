@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,8 +27,8 @@ from services.api.deps import (
     query_problems,
     tenant_of,
 )
+from services.api.explain import explain
 from services.api.timeline import timeline
-from services.cli.explain import explain
 from services.replay import export
 from services.replay.offline import fold
 
@@ -134,14 +133,13 @@ async def get_explanation(request: web.Request) -> web.Response:
     """The text ``gridledger explain`` prints, made by the same function, without colour
     (``?as_of=``: of the job as the ledger knew it then)."""
     document = json.loads(json_text(await _job_document(request)))
-    text = ANSI.sub("", explain(document))
+    text = explain(document)
     body = {"job_id": document["job_id"], "status": document["status"], "text": text}
     if document.get("as_of"):
         body["as_of"] = document["as_of"]
     return web.json_response(body)
 
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 """The CLI colours its headings on a terminal; the API serves plain text."""
 
 

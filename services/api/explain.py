@@ -1,13 +1,26 @@
-"""Plain-words explanations of a job (``gridledger explain``), from its API document.
+"""Plain-words explanations of a job, from its API document: what the API's
+``/explain`` serves and ``gridledger explain`` prints.
 
-Pure functions over the JSON the API returns, so they are easy to test.
+Pure functions over the JSON the API returns, so they are easy to test. The text is
+plain; the CLI passes its terminal :class:`Markup` for colour.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
-from services.cli import render
+
+class Markup(NamedTuple):
+    """How headings, a status and minor marks are set off: plain by default, colour on
+    the CLI's terminal (``services.cli.render.MARKUP``)."""
+
+    bold: Callable[[str], str] = str
+    status: Callable[[str], str] = str
+    dim: Callable[[str], str] = str
+
+
+PLAIN = Markup()
 
 WHOSE_SIDE = {
     "user": "your job: the code, image, inputs or spec (not the platform)",
@@ -67,14 +80,14 @@ EVIDENCE_SHOWN = (
 """Evidence details worth a line in plain words; `status --json` has all of them."""
 
 
-def explain(job: dict[str, Any]) -> str:
+def explain(job: dict[str, Any], markup: Markup = PLAIN) -> str:
     """What happened, why, whose side, what to do next, and the last log lines."""
     lines: list[str] = []
     status = job.get("status", "")
     name = f" ({job['name']})" if job.get("name") else ""
     attempts = job.get("attempts") or []
     lines.append(
-        f"{render.bold(job['job_id'])}{name}: {render.status(status)}"
+        f"{markup.bold(job['job_id'])}{name}: {markup.status(status)}"
         + (f" after {len(attempts)} attempt(s)" if attempts else "")
     )
     if job.get("as_of"):
@@ -82,7 +95,7 @@ def explain(job: dict[str, Any]) -> str:
     lines.append("")
     failure = job.get("failure")
     summary_text = (failure or {}).get("summary")
-    lines.append(render.bold("What happened"))
+    lines.append(markup.bold("What happened"))
     if failure and status not in ("succeeded",):
         lines.append(f"  {failure.get('summary') or STATUS_LINES.get(status, status)}")
     else:
@@ -92,7 +105,7 @@ def explain(job: dict[str, Any]) -> str:
     if failure:
         evidence = failure.get("evidence") or {}
         lines.append("")
-        lines.append(render.bold("Why"))
+        lines.append(markup.bold("Why"))
         facts = [f"class {failure.get('failure_class')}", f"rule {failure.get('rule_id')}"]
         if evidence.get("exit_code") is not None:
             facts.append(f"exit code {evidence['exit_code']}")
@@ -110,28 +123,28 @@ def explain(job: dict[str, Any]) -> str:
         for line in evidence.get("log_lines") or []:
             lines.append(f"  > {line}")
         lines.append("")
-        lines.append(render.bold("Whose side"))
+        lines.append(markup.bold("Whose side"))
         attribution = failure.get("attribution", "")
         lines.append(f"  {WHOSE_SIDE.get(attribution, attribution)}")
         lines.append("")
-        lines.append(render.bold("What to do next"))
+        lines.append(markup.bold("What to do next"))
         lines.append(f"  {failure.get('advice') or 'nothing to change; resubmit when ready'}")
         if failure.get("retryable") and status not in ("failed", "cancelled", "rejected"):
             lines.append("  gridledger retries this automatically.")
     fit = job.get("fit")
     if fit and not fit.get("fits", True) and fit.get("explanation") != summary_text:
         lines.append("")
-        lines.append(render.bold("Fit check"))
+        lines.append(markup.bold("Fit check"))
         lines.append(f"  {fit.get('explanation', '')}")
     last_lines = _last_log_lines(attempts)
     if last_lines:
         lines.append("")
-        lines.append(render.bold("Last log lines"))
-        lines += [f"  {render.dim('|')} {line}" for line in last_lines]
+        lines.append(markup.bold("Last log lines"))
+        lines += [f"  {markup.dim('|')} {line}" for line in last_lines]
     accounting = job.get("accounting")
     if accounting:
         lines.append("")
-        lines.append(render.bold("Usage"))
+        lines.append(markup.bold("Usage"))
         lines.append(
             f"  {accounting.get('billable_gpu_seconds', 0):.1f} GPU-seconds billable, "
             f"{accounting.get('credited_gpu_seconds', 0):.1f} credited"
