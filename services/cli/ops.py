@@ -1,7 +1,7 @@
 """``gridledger run`` and ``gridledger health``: the supervised local set and its health.
 
-The logic lives in :mod:`services.ops.run` and :mod:`services.ops.health`; this
-module only declares the commands.
+The logic lives in :mod:`services.cli.fleet` (over :mod:`services.ops.supervisor` and
+:mod:`services.ops.health`); this module only declares the commands.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ def run(fleet: Path, ready_timeout: float) -> int:
     shows the set. On Ctrl-C or SIGTERM every process it started is stopped
     (SIGTERM, then SIGKILL after 10 s).
     """
+    from services.cli.fleet import run_fleet
     from services.ops.logs import setup_logging
-    from services.ops.run import run_fleet
 
     settings = load_settings()
     setup_logging("supervisor", "INFO", settings.log_format)
@@ -56,7 +56,8 @@ def health(out: Output, urls: tuple[str, ...], state: Path | None, timeout: floa
     The services come from the supervisor's state file (`gridledger run`,
     `gridledger demo`) and from --url NAME=URL pairs.
     """
-    from services.ops.health import render_report, report
+    from services.cli.fleet import render_report
+    from services.ops.health import report
 
     data = report(load_settings().home, urls, timeout, state)
     out.emit(data, render_report)

@@ -4,7 +4,8 @@ The services come from the supervisor's state file (``<home>/run/fleet.json``,
 written by ``gridledger run`` and ``gridledger demo``) and/or ``--url
 NAME=URL`` pairs (any ops server, e.g. a systemd-run service on a known port).
 Each one is asked ``/healthz`` and ``/readyz`` concurrently. The exit status is
-0 only when every service is ready.
+0 only when every service is ready. The table is the CLI's (``services.cli.fleet``):
+this module answers with rows.
 """
 
 from __future__ import annotations
@@ -111,46 +112,6 @@ def collect(targets: Sequence[Target], timeout_s: float = 3.0) -> list[dict[str,
         return list(pool.map(lambda t: probe(t, timeout_s), targets))
 
 
-def render(rows: Sequence[dict[str, Any]]) -> str:
-    """The `gridledger health` table: each service's state, readiness and failing checks."""
-    from services.cli import render as cli_render
-
-    table = []
-    for row in rows:
-        failing = [
-            f"{c['name']}{'' if c.get('critical', True) else ' (degraded)'}: {c.get('detail', '')}"
-            for c in row["checks"]
-            if not c["ok"]
-        ]
-        passed = [c["name"] for c in row["checks"] if c["ok"]]
-        if row.get("error"):
-            note = row["error"]
-        elif failing:
-            note = "; ".join(failing)
-        else:
-            note = "ok: " + ", ".join(passed)
-        table.append(
-            [
-                row["name"],
-                row["state"] or "-",
-                row["pid"] or "-",
-                row["restarts"],
-                _yes_no(row["up"]),
-                _yes_no(row["ready"]),
-                "-" if row["lag"] is None else row["lag"],
-                note,
-            ]
-        )
-    headers = ["service", "state", "pid", "restarts", "up", "ready", "lag", "checks"]
-    return cli_render.table(headers, table)
-
-
-def _yes_no(value: bool) -> str:
-    from services.cli import render as cli_render
-
-    return cli_render.paint("yes", "32") if value else cli_render.paint("no", "31")
-
-
 def report(
     home: Path, urls: Sequence[str], timeout_s: float = 3.0, state: Path | None = None
 ) -> dict[str, Any]:
@@ -165,14 +126,3 @@ def report(
         )
     rows = collect(targets, timeout_s)
     return {"ready": all(r["ready"] for r in rows), "supervisor": running, "services": rows}
-
-
-def render_report(data: dict[str, Any]) -> str:
-    """The table and a closing verdict (all ready, or which are not)."""
-    rows = data["services"]
-    verdict = (
-        "all ready"
-        if data["ready"]
-        else "NOT ready: " + ", ".join(r["name"] for r in rows if not r["ready"])
-    )
-    return f"{render(rows)}\n\n{len(rows)} service(s), {verdict}"

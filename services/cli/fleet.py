@@ -1,4 +1,5 @@
-"""``gridledger run``: the local deployment, supervised, from a fleet file.
+"""``gridledger run`` and ``gridledger health``: the local deployment, supervised, from a
+fleet file, and the health table of a running set.
 
 Starts every service the fleet file lists (on the stack ``gridledger dev up``
 started), waits until each one's ``/readyz`` says ready, prints the health
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from infra.stack import probe
 from schemas.errors import GridledgerError, StackError
+from services.cli import render
 from services.ops import health
 from services.ops.fleet import load_fleet
 from services.ops.supervisor import Supervisor, reap_orphans, supervisor_alive
@@ -72,7 +75,7 @@ def run_fleet(
         except StackError as exc:
             say(f"warning: {exc}")
         targets, _ = health.targets_from_state(state)
-        say(health.render(health.collect(targets)))
+        say(health_table(health.collect(targets)))
         say("supervising; `gridledger health` shows the set, Ctrl-C (SIGTERM) stops it")
         seen = {c["name"]: c["restarts"] for c in supervisor.status()}
         while not stop.wait(1.0):
@@ -86,3 +89,50 @@ def run_fleet(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+def health_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The `gridledger health` table: each service's state, readiness and failing checks."""
+    table = []
+    for row in rows:
+        failing = [
+            f"{c['name']}{'' if c.get('critical', True) else ' (degraded)'}: {c.get('detail', '')}"
+            for c in row["checks"]
+            if not c["ok"]
+        ]
+        passed = [c["name"] for c in row["checks"] if c["ok"]]
+        if row.get("error"):
+            note = row["error"]
+        elif failing:
+            note = "; ".join(failing)
+        else:
+            note = "ok: " + ", ".join(passed)
+        table.append(
+            [
+                row["name"],
+                row["state"] or "-",
+                row["pid"] or "-",
+                row["restarts"],
+                _yes_no(row["up"]),
+                _yes_no(row["ready"]),
+                "-" if row["lag"] is None else row["lag"],
+                note,
+            ]
+        )
+    headers = ["service", "state", "pid", "restarts", "up", "ready", "lag", "checks"]
+    return render.table(headers, table)
+
+
+def _yes_no(value: bool) -> str:
+    return render.paint("yes", "32") if value else render.paint("no", "31")
+
+
+def render_report(data: dict[str, Any]) -> str:
+    """The table and a closing verdict (all ready, or which are not)."""
+    rows = data["services"]
+    verdict = (
+        "all ready"
+        if data["ready"]
+        else "NOT ready: " + ", ".join(r["name"] for r in rows if not r["ready"])
+    )
+    return f"{health_table(rows)}\n\n{len(rows)} service(s), {verdict}"
