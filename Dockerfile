@@ -6,6 +6,7 @@ ARG BASE=python:3.11-slim-bookworm
 FROM ${BASE}
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 GRIDLEDGER_HOME=/var/lib/gridledger
 WORKDIR /app
+# .dockerignore admits only what the COPY lines below take (tests/infra/test_build_context.py).
 COPY pyproject.toml README.md ./
 # The client distribution, which the server depends on (and which holds the Avro schemas).
 COPY client ./client
