@@ -55,7 +55,7 @@ def _agent_process(node: Harness) -> subprocess.Popen[bytes]:
         "GRIDLEDGER_S3_CREDENTIALS_FILE": str(s.s3_credentials_path),
     }
     command = [
-        sys.executable, "-m", "services.agent",
+        sys.executable, "-m", "services.cli.main", "agent",
         "--node-id", a.node_id,
         "--inventory", str(a.inventory_file),
         "--heartbeat-interval", "1",
