@@ -63,8 +63,8 @@ async def run_agent(settings: Settings, agent: AgentSettings, stop: asyncio.Even
     Its ops server (``GRIDLEDGER_OPS_PORT``) answers /healthz, /readyz and /metrics
     from the moment the node has registered.
     """
+    from services.agent.endpoints import agent_endpoints
     from services.ops.server import ops_server
-    from services.ops.wiring import agent_endpoints
 
     node = bootstrap(settings, agent)
     ops = ops_server(settings, agent_endpoints(settings, node))

@@ -21,13 +21,13 @@ from aiohttp import web
 
 from services.api import artifacts, auth, errors, idempotency, security, tenant_secrets, webhooks
 from services.api.deps import EVENTS, ID_KEY, LEDGER, POOL, PRODUCER, SETTINGS, SIGNER, SUBMISSIONS
+from services.api.endpoints import api_endpoints
 from services.api.events import EventHub
 from services.api.openapi import OPENAPI, agent_paths, openapi_document, public_paths, register
 from services.api.routes import OPERATIONS, ROUTES, ops_operations
 from services.ledger.client import Ledger
 from services.ops.checks import close_checks
 from services.ops.server import OpsEndpoints, request_metrics
-from services.ops.wiring import api_endpoints
 from services.settings import Settings
 
 

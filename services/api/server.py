@@ -10,9 +10,9 @@ import asyncpg
 from aiohttp import web
 
 from services.api.app import build_app
+from services.api.endpoints import api_endpoints
 from services.ledger.client import Ledger
 from services.ops.server import OpsServer
-from services.ops.wiring import api_endpoints
 from services.settings import Settings
 from services.sink import db
 from services.sink.migrate import migrate_pool

@@ -29,9 +29,9 @@ def notary(log_level: str) -> int:
 
 
 async def _serve() -> None:
+    from services.notary.endpoints import notary_endpoints
     from services.notary.service import Notary
     from services.ops.server import serve_until_signalled
-    from services.ops.wiring import notary_endpoints
 
     settings = load_settings()
     await serve_until_signalled(settings, Notary(settings), notary_endpoints)

@@ -45,8 +45,8 @@ def processors(only: list[str], app_id: str | None, log_level: str) -> int:
 
 async def _serve(only: list[str], app_id: str | None) -> None:
     from services.ops.server import ops_server, stop_on_signals
-    from services.ops.wiring import processors_endpoints
     from services.processors import build_processors
+    from services.processors.endpoints import processors_endpoints
 
     settings = load_settings()
     workers = build_processors(settings, only, app_id)

@@ -26,8 +26,8 @@ def scheduler(log_level: str) -> int:
 
 async def _serve() -> None:
     from services.ops.server import serve_until_signalled
-    from services.ops.wiring import scheduler_endpoints
     from services.scheduler import build_scheduler
+    from services.scheduler.endpoints import scheduler_endpoints
 
     settings = load_settings()
     await serve_until_signalled(settings, build_scheduler(settings), scheduler_endpoints)

@@ -5,12 +5,14 @@ See :mod:`services.ops.checks` for what a check is and how the ops server runs t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaClient
 
 from services.ops.checks import DEFAULT_TIMEOUT_S, CheckResult
+from services.settings import Settings
+from services.transport import kafka_options
 
 
 class KafkaCheck:
@@ -71,3 +73,9 @@ class KafkaCheck:
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+
+def kafka_check(settings: Settings, topics: Iterable[str]) -> KafkaCheck:
+    """Broker metadata with the service's topics (full names or suffixes) present."""
+    names = [t if t.startswith(settings.topic_prefix) else settings.topic(t) for t in topics]
+    return KafkaCheck(settings.kafka_bootstrap, names, kafka_options(settings))

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import asyncpg
 
 from services.ops import metrics
+from services.settings import Settings
 
 DEFAULT_TIMEOUT_S = 3.0
 """A dependency that takes longer than this to answer a probe is not ready."""
@@ -227,3 +228,39 @@ class StateCheck:
         """What the service itself says of its state."""
         ok, detail = self._state()
         return CheckResult(self.name, ok, detail)
+
+
+def lag_check(settings: Settings, consumer_of: Any, positions_of: Any = None) -> LagCheck:
+    """The lag of the consumer ``consumer_of()`` returns (none yet: no partitions), from
+    the offsets ``positions_of()`` returns when the service stores its own."""
+
+    async def source() -> dict[tuple[str, int], int | None]:
+        consumer = consumer_of()
+        if consumer is None:
+            return {}
+        return await consumer_lag(consumer, positions_of() if positions_of else None)
+
+    return LagCheck(source, settings.ops_max_lag)
+
+
+def consuming_checks(settings: Settings, service: Any, waiting_for: str) -> list[Check]:
+    """A consumer that stores its offsets in Postgres (``consumer``, ``positions``): whether
+    it consumes, and its lag from the offsets it stored."""
+
+    def consuming() -> tuple[bool, str]:
+        consumer = getattr(service, "consumer", None)
+        if consumer is None:
+            return False, f"not consuming yet (waiting for {waiting_for})"
+        return True, f"assigned {len(consumer.assignment())} partition(s)"
+
+    lag = lag_check(settings, lambda: getattr(service, "consumer", None), lambda: service.positions)
+    return [StateCheck("consumer", consuming), lag]
+
+
+def probe_hook(check: Check) -> Callable[[], Awaitable[None]]:
+    """A scrape hook that probes ``check`` (its metrics are fresh on every ``/metrics``)."""
+
+    async def hook() -> None:
+        await check.probe()
+
+    return hook

@@ -23,9 +23,9 @@ from services.gc_tuning import tuned_gc
 from services.ledger import TopicPartition
 from services.ledger.client import Ledger, LedgerRecord, broker_unavailable
 from services.ops.server import ops_server
-from services.ops.wiring import sink_endpoints
 from services.settings import Settings
 from services.sink import db
+from services.sink.endpoints import sink_endpoints
 from services.sink.migrate import migrate_pool
 from services.sink.tables import upsert
 from services.sink.writer import ReadModelWriter

@@ -471,7 +471,7 @@ class WebhookService:
 
 async def serve(settings: Settings) -> None:
     """Run the webhooks service until SIGTERM/SIGINT (``gridledger webhooks serve``)."""
-    from services.ops.wiring import webhooks_endpoints
+    from services.webhooks.endpoints import webhooks_endpoints
 
     key = secretstore.load_key(settings)
     pool = await db.create_pool(settings, wait=True)

@@ -25,9 +25,8 @@ from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 from pydantic import ValidationError
 
 from services.ledger import Ledger
-from services.ledger.health import KafkaCheck
+from services.ledger.health import KafkaCheck, kafka_check
 from services.ledger.topics import admin_client
-from services.ops.wiring import kafka_check
 from services.processors.app import faust_credentials
 from services.settings import Settings
 from services.transport import kafka_options, subscriber

@@ -36,11 +36,11 @@ from services.ledger.client import DLQ_CONSUMER, DLQ_SOURCE_OFFSET, DLQ_SOURCE_T
 from services.ledger.topics import admin_client, delete_topics, ensure_topics
 from services.notary import keys
 from services.notary.chain import Seal, next_seal
+from services.notary.endpoints import notary_endpoints
 from services.notary.service import Notary
 from services.notary.store import SealStore
 from services.notary.verify import Report, verify
 from services.ops.specs import free_port
-from services.ops.wiring import notary_endpoints
 from services.settings import Settings
 from tests.processors.harness import submitted
 from tests.waiting import eventually
