@@ -29,10 +29,10 @@ from schemas.events import (
     NodeDrained,
     NodeHeartbeat,
     NodeRegistered,
-    node_fact,
 )
 from services.agent.attempt import AttemptRunner
 from services.agent.context import AgentContext, GpuPool
+from services.agent.facts import node_fact
 from services.agent.inventory import host_memory_mb
 from services.agent.journal import JournalEntry, attempt_key
 from services.agent.logs import LogState

@@ -10,8 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from schemas.events import agent_producer
 from services.agent.artifacts import ArtifactStore
+from services.agent.facts import agent_producer
 from services.agent.inventory import Inventory
 from services.agent.journal import Journal
 from services.agent.runtime import DockerRuntime

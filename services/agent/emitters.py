@@ -1,7 +1,7 @@
 """What an attempt emits on its way: its lifecycle facts, once each, and the streams beside
 them (AttemptHeartbeat, MeterTick, LogChunk), all through the spool.
 
-A lifecycle fact's key (:func:`schemas.events.fact_key`) is journaled once it is
+A lifecycle fact's key (:func:`services.agent.facts.fact_key`) is journaled once it is
 spooled, so a restarted agent that picks the attempt up again does not emit it a second
 time; every fact's id derives from the AttemptScheduled and that key, so what it does
 emit again is a duplicate readers drop.
@@ -14,9 +14,10 @@ import contextlib
 from datetime import datetime
 from typing import Any, TypeVar
 
-from schemas.events import AttemptHeartbeat, Event, LogChunk, agent_fact, fact_key
+from schemas.events import AttemptHeartbeat, Event, LogChunk
 from services.agent import meter
 from services.agent.context import AgentContext
+from services.agent.facts import agent_fact, fact_key
 from services.agent.journal import JournalEntry
 from services.agent.logs import Chunk
 from services.agent.runtime import Stats

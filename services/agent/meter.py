@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from schemas.events import AttemptScheduled, MeterTick, agent_fact
+from schemas.events import AttemptScheduled, MeterTick
+from services.agent.facts import agent_fact
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ contract: AttemptAccepted, ComputeHeld, ImageResolved, ContainerStarted,
 heartbeats (seq from 0, no gaps), log chunks (seq from 0, ``first_line`` from 1),
 ProcessExited, OutputStored, final meter ticks (summing exactly to the held
 time, via the agent's own :mod:`services.agent.meter`), ComputeReleased.
-Every fact is built by the agent's own builder (:func:`schemas.events.agent_fact`), so
+Every fact is built by the agent's own builder (:func:`services.agent.facts.agent_fact`), so
 a simulated attempt carries the ids the real agent would give it and re-emitting is
 idempotent.
 """
@@ -34,9 +34,9 @@ from schemas.events import (
     OutputStored,
     ProcessExited,
     ReleaseReason,
-    agent_fact,
 )
 from services.agent import meter
+from services.agent.facts import agent_fact
 
 E = TypeVar("E", bound=Event)
 

@@ -29,9 +29,9 @@ from schemas.events import (
     Event,
     NodeHeartbeat,
     NodeRegistered,
-    node_fact,
 )
 from schemas.types import GpuDevice
+from services.agent.facts import node_fact
 from services.clock import utcnow
 from services.ledger import Ledger, TopicPartition
 from services.simulator.facts import AttemptFacts, Outcome

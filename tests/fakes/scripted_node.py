@@ -42,10 +42,9 @@ from schemas.events import (
     NodeRegistered,
     OutputStored,
     ProcessExited,
-    agent_fact,
-    node_fact,
 )
 from schemas.types import GpuDevice
+from services.agent.facts import agent_fact, node_fact
 from services.clock import utcnow
 from services.ledger import LedgerPort
 
