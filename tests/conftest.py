@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
+from hypothesis import Phase
 from hypothesis import settings as hypothesis_settings
 
 from infra.stack import probe
@@ -28,8 +29,15 @@ from tests.objectstore import PrivateStore
 _stack_problems: list[str] | None = None
 
 # The mutation run (python -m bench.mutation run) re-runs the property tests once per mutant:
-# it asks for fewer examples (a mutant they then miss is reported as a survivor, never hidden).
-hypothesis_settings.register_profile("mutation", max_examples=15)
+# it asks for fewer examples (a mutant they then miss is reported as a survivor, never hidden),
+# the same ones for every mutant (derandomized: a verdict is reproducible), and does not
+# shrink a failing example (the failure alone kills the mutant).
+hypothesis_settings.register_profile(
+    "mutation",
+    max_examples=15,
+    derandomize=True,
+    phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target),
+)
 if os.environ.get("GRIDLEDGER_HYPOTHESIS_PROFILE"):
     hypothesis_settings.load_profile(os.environ["GRIDLEDGER_HYPOTHESIS_PROFILE"])
 
