@@ -11,7 +11,7 @@ test (``tests/projections/test_failure_classes.py``), so the docs cannot drift.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 Side = Literal["user", "platform", "capacity"]
@@ -168,15 +168,4 @@ def row(name: str) -> FailureClass:
     """The row of class ``name``; an unknown name (a class from a newer classifier)
     gets the ``unknown`` row's treatment under its own name."""
     found = CLASSES.get(name)
-    if found is not None:
-        return found
-    fallback = CLASSES["unknown"]
-    return FailureClass(
-        name,
-        fallback.side,
-        fallback.retryable,
-        fallback.evidence,
-        avoid=fallback.avoid,
-        avoid_why=fallback.avoid_why,
-        limit=fallback.limit,
-    )
+    return found if found is not None else replace(CLASSES["unknown"], name=name)

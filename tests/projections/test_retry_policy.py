@@ -110,6 +110,21 @@ def test_unknown_is_retried_once() -> None:
     assert "retried 1 time(s) at most" in second.reason
 
 
+def test_a_class_from_a_newer_classifier_is_retried_once_like_unknown() -> None:
+    new = "a_class_from_a_newer_classifier"
+    first = decide(view((new, "platform")), failure(new))
+    assert (first.action, first.avoid_nodes, first.avoid_providers) == ("retry", ["node-1"], [])
+    # the decision names the class it got, with the unknown row's reason to avoid the node
+    assert f"{new} on node-1 of provider p1: " in first.avoid_reason
+    assert first.avoid_reason.endswith(
+        f"({new} on node-1 of provider p1: {DEFAULT_POLICY.row('unknown').avoid_why}); when "
+        "nothing else can hold it, falls back to node node-1 (never to a node still silent)"
+    )
+    second = decide(view((new, "platform"), (new, "platform")), failure(new, 2))
+    assert (second.action, second.terminal) == ("final", "JobFailed")
+    assert f"{new} failures are retried 1 time(s) at most" in second.reason
+
+
 def test_class_limits_come_from_the_class_table() -> None:
     classes = dict(DEFAULT_POLICY.classes)
     classes["unknown"] = dataclasses.replace(classes["unknown"], limit=2)
