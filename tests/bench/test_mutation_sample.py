@@ -26,6 +26,10 @@ def test_mutmut_mutates_the_modules_the_purity_rule_guards() -> None:
     assert modules == projections | set(PURE_SERVICE_MODULES)
 
 
+def test_the_run_order_names_every_module_once() -> None:
+    assert sorted(mutation.ORDER) == sorted(set(mutation.ORDER)) == sorted(mutation.pure_modules())
+
+
 def test_the_report_counts_every_module_and_keeps_the_goal() -> None:
     report = json.loads(mutation.REPORT_JSON.read_text())
     assert report["sample"], "the report has no sample to re-run"
