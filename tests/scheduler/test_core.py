@@ -109,6 +109,27 @@ def test_rejections_say_what_to_change_and_derive_from_the_event_that_led_to_the
     assert late.event_id != derived_event_id(queued.event_id, "scheduler")  # the placement's
 
 
+def test_a_retry_that_no_longer_fits_after_a_restart_rejects_the_job_not_the_attempt() -> None:
+    # A restarted scheduler reads a retry's JobQueued before any node: the fit is checked
+    # once one registers, and a fleet that can no longer hold the job rejects the job.
+    big = {"params_billion": 16, "dtype": "fp16"}
+    s = state()
+    sub = submit("j", model=big)
+    queued, scheduled = run(s, node("a"), sub)
+    lost = AttemptLost(job_id="j", attempt=1, node_id="a", occurred_at=T0)
+    retry = RetryScheduled(
+        job_id="j", attempt=1, occurred_at=T0, next_attempt=2, delay_s=0, not_before=T0
+    )
+    (requeued,) = run(s, scheduled, lost, retry)
+    assert isinstance(requeued, JobQueued) and requeued.attempt == 2
+    restarted = state()
+    assert run(restarted, sub, queued, scheduled, lost, retry, requeued) == []
+    later = T0 + timedelta(seconds=1)
+    (rejected,) = run(restarted, node("b", count=4, gb=24, at=later), now=later)
+    assert isinstance(rejected, JobRejected) and rejected.failure_class == "does_not_fit"
+    assert rejected.causation_id == requeued.event_id and rejected.attempt == 0
+
+
 def test_empty_fleet_means_wait_not_reject() -> None:
     s = state()
     out = run(s, submit("j", model={"params_billion": 70}))
