@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services.cli.bench import BENCHMARKS
+from bench.command import BENCHMARKS
 
 pytestmark = pytest.mark.integration
 

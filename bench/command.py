@@ -1,4 +1,8 @@
-"""``gridledger bench [NAME ...] [--quick]``: the benchmarks under ``bench/``."""
+"""``gridledger bench [NAME ...] [--quick]``: the benchmarks under ``bench/``.
+
+The command lives here, in the dev-only package: the CLI finds it by name
+(``services.cli.main.COMMANDS``) and imports nothing of the benchmarks until it runs.
+"""
 
 from __future__ import annotations
 
