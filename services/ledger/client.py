@@ -24,11 +24,11 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
@@ -50,6 +50,9 @@ from services.ledger.port import Appended, Encoded, Keyed, LedgerRecord
 from services.ops import metrics
 from services.settings import Settings
 from services.transport import kafka_options
+
+if TYPE_CHECKING:
+    from services.ledger.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +166,7 @@ class LedgerOperations:
 
     settings: Settings
     outage: Outage
+    _consumed: dict[str, Any]
 
     async def append_encoded(self, items: Sequence[Encoded]) -> list[Appended]:
         """Append encoded records in order per partition and wait for every acknowledgement."""
@@ -316,6 +320,76 @@ class LedgerOperations:
             await self.dead_letter(raw, exc, consumer, "unapplicable")
             return False
         return True
+
+    async def decode(
+        self, raw: Any, consumer: str, dead_letter: bool = True
+    ) -> LedgerRecord | None:
+        """Decode a consumed record; None when it does not decode.
+
+        The consumer that owns a topic's processing (sink, processors, scheduler,
+        agent) dead-letters what it cannot decode, once. Readers that only look
+        (history, follow, replay) pass ``dead_letter=False`` and skip the record
+        with a warning, so re-reading a partition does not park it again.
+        """
+        record = self.decoded(raw)
+        if isinstance(record, EventDecodeError):
+            if dead_letter:
+                await self.dead_letter(raw, record, consumer)
+            else:
+                skipped(raw, consumer, record)
+            return None
+        if record is not None:
+            self.consumed(raw.topic)
+        return record
+
+    def consumed(self, topic: str, count: int = 1) -> None:
+        """Count ``count`` records of ``topic`` consumed (``gridledger_events_consumed``)."""
+        counter = self._consumed.get(topic)
+        if counter is None:
+            counter = self._consumed[topic] = metrics.EVENTS_CONSUMED.labels(topic=topic)
+        counter.inc(count)
+
+    def decoded(self, raw: Any, consumer: str = "") -> LedgerRecord | EventDecodeError | None:
+        """The record decoded, why it does not decode, or None for a tombstone.
+
+        Decoded on the codec's trusted path: this ledger's topics are written only by
+        gridledger's services through ``codec.encode``, from validated models.
+        """
+        if self.outage.is_down:
+            self.outage.up()  # a record arrived: the broker answers again
+        if raw.value is None:
+            return None  # a tombstone on a compacted topic
+        try:
+            value = codec.decode(raw.value, trusted=True)
+        except EventDecodeError as exc:
+            return exc
+        return LedgerRecord(
+            raw.topic,
+            raw.partition,
+            raw.offset,
+            raw.key.decode() if raw.key else "",
+            value,
+            raw.timestamp,
+            heard_at(raw, None),
+        )
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        *,
+        name: str,
+        group: str | None = None,
+        positions: Mapping[tuple[str, int], int] | None = None,
+        **how: Any,
+    ) -> Subscription:
+        """A live subscription to ``topics`` (full names): :mod:`services.ledger.subscription`."""
+        from services.ledger.subscription import Subscription
+
+        return Subscription(self, topics, name=name, group=group, positions=positions, **how)
+
+    def open_consumer(self, group_id: str | None = None, **options: Any) -> Any:
+        """A consumer (not started) for a subscription: the ledger's primitive."""
+        raise NotImplementedError
 
     async def history(self, key: str, topic_suffix: str = "job-events") -> list[Event]:
         """One job's (or node's) events on a topic, in order, read from its partition."""
@@ -520,56 +594,11 @@ class Ledger(LedgerOperations):
         metrics.count_by_topic(metrics.EVENTS_PRODUCED, produced)
         return [Appended(tp[0], tp[1], acked[tp][i].offset + n) for tp, i, n in slots]
 
-    async def decode(
-        self, raw: Any, consumer: str, dead_letter: bool = True
-    ) -> LedgerRecord | None:
-        """Decode a consumed record; None when it does not decode.
-
-        The consumer that owns a topic's processing (sink, processors, scheduler,
-        agent) dead-letters what it cannot decode, once. Readers that only look
-        (history, follow, replay) pass ``dead_letter=False`` and skip the record
-        with a warning, so re-reading a partition does not park it again.
-        """
-        record = self._decoded(raw)
-        if isinstance(record, EventDecodeError):
-            if dead_letter:
-                await self.dead_letter(raw, record, consumer)
-            else:
-                skipped(raw, consumer, record)
-            return None
-        if record is not None:
-            counter = self._consumed.get(raw.topic)
-            if counter is None:
-                counter = metrics.EVENTS_CONSUMED.labels(topic=raw.topic)
-                self._consumed[raw.topic] = counter
-            counter.inc()
-        return record
-
-    def _decoded(self, raw: Any) -> LedgerRecord | EventDecodeError | None:
-        """The record decoded, why it does not decode, or None for a tombstone.
-
-        Decoded on the codec's trusted path: this ledger's topics are written only by
-        gridledger's services through ``codec.encode``, from validated models.
-        """
-        if self.outage.is_down:
-            self.outage.up()  # a record arrived: the broker answers again
-        if raw.value is None:
-            return None  # a tombstone on a compacted topic
-        try:
-            value = codec.decode(raw.value, trusted=True)
-        except EventDecodeError as exc:
-            return exc
-        return LedgerRecord(
-            raw.topic,
-            raw.partition,
-            raw.offset,
-            raw.key.decode() if raw.key else "",
-            value,
-            raw.timestamp,
-            heard_at(raw, None),
-        )
-
     # ----------------------------------------------------------------------- reads
+
+    def open_consumer(self, group_id: str | None = None, **options: Any) -> AIOKafkaConsumer:
+        """A consumer for a subscription (the ledger's primitive)."""
+        return self.consumer(group_id=group_id, **options)
 
     def consumer(
         self, *topics: str, group_id: str | None = None, **kwargs: Any
@@ -660,7 +689,7 @@ class Ledger(LedgerOperations):
         async for raws in self._raw_batches(topic, partitions):
             records = []
             for raw in raws:
-                record = self._decoded(raw)
+                record = self.decoded(raw)
                 if isinstance(record, EventDecodeError):
                     if dead_letter:
                         await self.dead_letter(raw, record, consumer_name)
@@ -689,7 +718,7 @@ class Ledger(LedgerOperations):
                     latest[raw.key or b""] = raw
         out: dict[str, LedgerRecord] = {}
         for raw in latest.values():
-            record = self._decoded(raw)
+            record = self.decoded(raw)
             if isinstance(record, EventDecodeError):
                 skipped(raw, consumer_name, record)
             elif record is not None:

@@ -24,16 +24,19 @@ Only this package (and the processors' faust app) speaks Kafka; a test enforces 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from pydantic import BaseModel
 
 from schemas.events import Event
 from services.backoff import Outage
 from services.settings import Settings
+
+if TYPE_CHECKING:
+    from services.ledger.subscription import Subscription
 
 Keyed = tuple[str, str, BaseModel | None]
 """(full topic name, key, value): a value whose topic and key are the caller's choice
@@ -118,74 +121,6 @@ class LedgerRecord:
         return self.value
 
 
-class Consumer(Protocol):
-    """A consumer from :meth:`LedgerPort.consumer`: the part of aiokafka's
-    ``AIOKafkaConsumer`` that gridledger's live readers use (scheduler, sink, agent).
-
-    Partitions are named by :class:`services.ledger.TopicPartition`; nothing is
-    committed unless :meth:`commit` is called (with a ``group_id``).
-    """
-
-    async def start(self) -> None:
-        """Connect (and, given topics, assign every partition of them)."""
-        ...
-
-    async def stop(self) -> None:
-        """Disconnect; nothing is committed by stopping."""
-        ...
-
-    def assign(self, partitions: Iterable[Any]) -> None:
-        """Read exactly these partitions from now on."""
-        ...
-
-    def assignment(self) -> set[Any]:
-        """The partitions assigned."""
-        ...
-
-    async def seek_to_beginning(self, *partitions: Any) -> Any:
-        """Read these (every assigned) partitions from their first offset."""
-        ...
-
-    async def seek_to_end(self, *partitions: Any) -> Any:
-        """Read only what is appended to these (every assigned) partitions from now on."""
-        ...
-
-    def seek(self, partition: Any, offset: int) -> None:
-        """Read ``partition`` from ``offset``."""
-        ...
-
-    async def end_offsets(self, partitions: Iterable[Any]) -> dict[Any, int]:
-        """Partition -> the offset its next record will get, asked now."""
-        ...
-
-    async def position(self, partition: Any) -> int:
-        """The offset of the next record this consumer reads from ``partition``."""
-        ...
-
-    def highwater(self, partition: Any) -> int | None:
-        """The end offset learnt by the last fetch (None before one): lag without a round trip."""
-        ...
-
-    def pause(self, *partitions: Any) -> None:
-        """Fetch nothing from these partitions until :meth:`resume`."""
-        ...
-
-    def resume(self, *partitions: Any) -> None:
-        """Fetch from paused partitions again."""
-        ...
-
-    async def commit(self, offsets: dict[Any, int] | None = None) -> None:
-        """Store the group's next offsets (these, else the current positions)."""
-        ...
-
-    async def getmany(
-        self, *partitions: Any, timeout_ms: int = 0, max_records: int | None = None
-    ) -> dict[Any, list[Any]]:
-        """Records fetched from the (given, else every assigned and unpaused) partitions,
-        waiting up to ``timeout_ms`` when none is there yet."""
-        ...
-
-
 class LedgerPort(Protocol):
     """Append to and read from gridledger's topics; ``await start()`` before use."""
 
@@ -256,9 +191,19 @@ class LedgerPort(Protocol):
 
     # ----------------------------------------------------------------------- reads
 
-    def consumer(self, *topics: str, group_id: str | None = None, **kwargs: Any) -> Consumer:
-        """A live consumer (not started) on full topic names, or to ``assign`` partitions
-        to; reads start at the beginning unless sought, or at the group's commit."""
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        *,
+        name: str,
+        group: str | None = None,
+        positions: Mapping[tuple[str, int], int] | None = None,
+        **how: Any,
+    ) -> Subscription:
+        """A live subscription to ``topics`` (full names) for the consumer ``name``: batches
+        marked catch-up or live, committed to ``group`` once handled (or read from
+        ``positions``), undecodable records parked, outages ridden out inside
+        (:mod:`services.ledger.subscription`)."""
         ...
 
     async def dead_letter(

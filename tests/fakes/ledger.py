@@ -32,10 +32,8 @@ from services.ledger import TopicPartition
 from services.ledger.client import (
     LOG_APPEND_TIME,
     LedgerOperations,
-    heard_at,
     partition_for,
     record_bytes,
-    skipped,
 )
 from services.ledger.errors import BrokerUnavailableError, record_too_large
 from services.ledger.port import Appended, Encoded, LedgerRecord
@@ -64,25 +62,33 @@ class FakeRecord:
 
 
 class FakeConsumer:
-    """:class:`services.ledger.port.Consumer` over a FakeLedger's logs.
+    """The consumer a subscription reads with (:class:`services.ledger.subscription.Consumer`),
+    over a FakeLedger's logs. A fresh position is the group's commit, else 0; a group's
+    member (``subscribe``) is its group's only one and gets every partition."""
 
-    Partitions are assigned (by ``assign``, or every partition of the topics given to
-    :meth:`FakeLedger.consumer`); a fresh position is the group's commit, else 0 (the
-    ledger's consumers read from the earliest offset).
-    """
-
-    def __init__(self, ledger: FakeLedger, topics: Sequence[str], group_id: str | None) -> None:
+    def __init__(self, ledger: FakeLedger, group_id: str | None) -> None:
         self.ledger = ledger
-        self.topics = tuple(topics)
         self.group_id = group_id
         self._positions: dict[TopicPartition, int] = {}
-        self._paused: set[TopicPartition] = set()
         self._fetched: dict[TopicPartition, int] = {}
+        self._member: tuple[Sequence[str], Any] | None = None
+
+    def subscribe(self, topics: Sequence[str], listener: Any) -> None:
+        self._member = (topics, listener)
 
     async def start(self) -> None:
-        for topic in self.topics:
-            count = await self.ledger.partitions(topic)
-            self.assign([*self._positions, *(TopicPartition(topic, p) for p in range(count))])
+        if self.ledger.down:
+            raise BrokerUnavailableError("the fake broker is down (FakeLedger.down)")
+        if self._member is not None:
+            topics, listener = self._member
+            self.assign(
+                [
+                    TopicPartition(t, p)
+                    for t in topics
+                    for p in range(await self.ledger.partitions(t))
+                ]
+            )
+            await listener.on_partitions_assigned(sorted(self._positions))
 
     async def stop(self) -> None:
         self._positions.clear()
@@ -92,21 +98,12 @@ class FakeConsumer:
         self._positions = {
             TopicPartition(*tp): self._positions.get(tp, committed.get(tp, 0)) for tp in partitions
         }
-        self._paused &= set(self._positions)
 
     def assignment(self) -> set[Any]:
         return set(self._positions)
 
     def _log(self, tp: Any) -> list[FakeRecord]:
         return self.ledger.logs.get((tp.topic, tp.partition), [])
-
-    async def seek_to_beginning(self, *partitions: Any) -> Any:
-        for tp in partitions or self._positions:
-            self._positions[tp] = 0
-
-    async def seek_to_end(self, *partitions: Any) -> Any:
-        for tp in partitions or self._positions:
-            self._positions[tp] = len(self._log(tp))
 
     def seek(self, partition: Any, offset: int) -> None:
         self._positions[partition] = offset
@@ -120,17 +117,10 @@ class FakeConsumer:
     def highwater(self, partition: Any) -> int | None:
         return self._fetched.get(partition)
 
-    def pause(self, *partitions: Any) -> None:
-        self._paused |= set(partitions)
-
-    def resume(self, *partitions: Any) -> None:
-        self._paused -= set(partitions)
-
-    async def commit(self, offsets: dict[Any, int] | None = None) -> None:
-        if self.group_id is None:
-            raise LedgerError("commit needs a consumer group (group_id)")
-        done = self.ledger.committed.setdefault(self.group_id, {})
-        done.update(offsets if offsets is not None else self._positions)
+    async def commit(self, offsets: dict[Any, int]) -> None:
+        if self.ledger.down:
+            raise BrokerUnavailableError("the fake broker is down (FakeLedger.down)")
+        self.ledger.committed.setdefault(self.group_id or "", {}).update(offsets)
 
     async def getmany(
         self, *partitions: Any, timeout_ms: int = 0, max_records: int | None = None
@@ -138,10 +128,12 @@ class FakeConsumer:
         # Always suspend once, as a fetch from a broker does: a loop that polls with
         # timeout_ms=0 must still let the rest of the event loop run.
         await asyncio.sleep(0)
-        wanted = [tp for tp in (partitions or self._positions) if tp not in self._paused]
+        wanted = list(partitions or self._positions)
         most = max_records if max_records is not None else 500
         deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
         while True:
+            if self.ledger.down:
+                raise BrokerUnavailableError("the fake broker is down (FakeLedger.down)")
             appended = self.ledger.appended
             out: dict[Any, list[Any]] = {}
             for tp in wanted:
@@ -183,6 +175,7 @@ class FakeLedger(LedgerOperations):
         self._partitions = {spec.name: spec.partitions for spec in topic_specs(self.settings)}
         self.appended = asyncio.Event()
         """Set (and replaced) on every append: what a waiting reader waits on."""
+        self._consumed: dict[str, Any] = {}
         self._started = False
         self._broker_timed = {self.settings.topic(s) for s in BROKER_TIMED}
 
@@ -261,31 +254,8 @@ class FakeLedger(LedgerOperations):
 
     # ----------------------------------------------------------------------- reads
 
-    def consumer(self, *topics: str, group_id: str | None = None, **kwargs: Any) -> FakeConsumer:
-        return FakeConsumer(self, topics, group_id)
-
-    async def decode(
-        self, raw: Any, consumer: str, dead_letter: bool = True
-    ) -> LedgerRecord | None:
-        if raw.value is None:
-            return None
-        try:
-            value = codec.decode(raw.value)
-        except EventDecodeError as exc:
-            if dead_letter:
-                await self.dead_letter(raw, exc, consumer)
-            else:
-                skipped(raw, consumer, exc)
-            return None
-        return LedgerRecord(
-            raw.topic,
-            raw.partition,
-            raw.offset,
-            raw.key.decode() if raw.key else "",
-            value,
-            raw.timestamp,
-            heard_at(raw, None),
-        )
+    def open_consumer(self, group_id: str | None = None, **options: Any) -> FakeConsumer:
+        return FakeConsumer(self, group_id)
 
     async def read_raw(
         self, topic: str, partitions: Iterable[int] | None = None

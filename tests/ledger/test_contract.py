@@ -19,7 +19,6 @@ import pytest
 import pytest_asyncio
 
 from projections.job_state import project
-from schemas import codec
 from schemas.errors import LedgerError
 from schemas.events import (
     EVENT_TYPES,
@@ -259,57 +258,94 @@ async def raw_values(ledger: LedgerPort, topic: str) -> list[Any]:
     return [r async for r in ledger.read_raw(topic)]
 
 
-# ----------------------------------------------------------------------- consumers
+# ----------------------------------------------------------------------- subscriptions
 
 
-async def test_an_assigned_consumer_reads_to_the_end_then_sees_later_values(ledger):
-    topic = ledger.settings.topic("job-events")
-    first = [queued("job-c", i) for i in range(3)]
-    (where, *_) = await ledger.append_many(first)
-    tp = TopicPartition(topic, where.partition)
-    consumer = ledger.consumer()
-    await consumer.start()
-    try:
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        ends = await consumer.end_offsets([tp])
-        assert ends[tp] == where.offset + 3
-        read: list[Any] = []
-        while await consumer.position(tp) < ends[tp]:
-            read += (await consumer.getmany(tp, timeout_ms=1000)).get(tp, [])
-        assert [raw.value for raw in read] == [codec.encode(e) for e in first]
-        assert await consumer.getmany(tp, timeout_ms=50) == {}, "nothing new: nothing read"
-        later = queued("job-c", 9)
+async def batches_until(subscription: Any, done: Any, timeout: float = 30) -> list[Any]:
+    """The batches a subscription hands over until ``done(batches)`` holds."""
+    seen: list[Any] = []
+    async with asyncio.timeout(timeout):
+        async for batch in subscription:
+            seen.append(batch)
+            if done(seen):
+                return seen
+    raise AssertionError("the subscription ended")
+
+
+async def test_a_subscription_catches_up_topic_by_topic_then_hands_over_live_batches(ledger):
+    nodes, jobs = ledger.settings.topic("node-events"), ledger.settings.topic("job-events")
+    fleet = [sample(cls) for cls in EVENT_TYPES.values() if issubclass(cls, NodeEvent)]
+    await ledger.append_many([queued(f"job-{i}", 0) for i in range(6)])
+    await ledger.append_many(fleet)
+    async with ledger.subscribe([nodes, jobs], name="contract-subscriber") as subscription:
+        caught_up = await batches_until(subscription, lambda seen: seen[-1].live)
+        backlog = [r for b in caught_up for r in b.records]
+        assert all(not b.live for b in caught_up[:-1]) and not caught_up[-1].records
+        assert [r.topic for r in backlog] == [nodes] * len(fleet) + [jobs] * 6, "nodes first"
+        later = queued("job-later", 0)
         await ledger.append(later)
-        fetched: list[Any] = []
-        async with asyncio.timeout(30):
-            while not fetched:
-                fetched = (await consumer.getmany(timeout_ms=500)).get(tp, [])
-        assert [raw.value for raw in fetched] == [codec.encode(later)]
-        consumer.pause(tp)
-        await ledger.append(queued("job-c", 10))
-        assert await consumer.getmany(timeout_ms=200) == {}, "a paused partition is not read"
-    finally:
-        await consumer.stop()
+        live = await batches_until(subscription, lambda seen: seen[-1].records)
+        assert all(b.live for b in live)
+        assert [r.value for r in live[-1].records] == [later]
+        where = live[-1].records[0]
+        assert live[-1].offsets[TopicPartition(jobs, where.partition)] == where.offset + 1
 
 
-async def test_a_groups_commit_is_where_its_next_consumer_starts(ledger):
+async def test_a_groups_subscription_commits_a_batch_once_it_is_handled(ledger):
     topic = ledger.settings.topic("node-commands")
     command = sample(AttemptScheduled).model_copy(update={"node_id": "node-g"})
-    appended = await ledger.put_many([(topic, "node-g", command)] * 3)
-    tp = TopicPartition(topic, appended[0].partition)
+    other = command.model_copy(update={"node_id": "node-h"})
+    await ledger.put_many([(topic, "node-g", command)] * 2 + [(topic, "node-h", other)])
     group = f"{ledger.settings.topic_prefix}contract-group"
-    first = ledger.consumer(group_id=group)
-    await first.start()
-    try:
-        first.assign([tp])
-        await first.commit({tp: appended[1].offset})
-    finally:
-        await first.stop()
-    second = ledger.consumer(group_id=group)
-    await second.start()
-    try:
-        second.assign([tp])
-        assert await second.position(tp) == appended[1].offset
-    finally:
-        await second.stop()
+
+    def subscribe() -> Any:
+        return ledger.subscribe([topic], name="contract-agent", group=group, key="node-g")
+
+    def values(batches: list[Any]) -> list[int]:
+        return [r.value.attempt for b in batches for r in b.records]
+
+    async with subscribe() as subscription:
+        seen = await batches_until(subscription, lambda seen: values(seen))
+        assert {r.key for b in seen for r in b.records} == {"node-g"}, "only its key's values"
+        # Not asked for the next batch: the one in hand is not committed.
+    async with subscribe() as subscription:
+        again = await batches_until(subscription, lambda seen: seen[-1].live)
+    assert values(again) == values(seen) == [command.attempt] * 2
+    later = command.model_copy(update={"attempt": 7})
+    await ledger.put_many([(topic, "node-g", later)])
+    async with subscribe() as subscription:
+        last = await batches_until(subscription, lambda seen: values(seen))
+    assert values(last) == [7], "what was handed over and handled before is committed"
+
+
+async def test_a_subscription_from_positions_starts_there_and_commits_nothing(ledger):
+    topic = ledger.settings.topic("job-events")
+    appended = await ledger.append_many([queued("job-s", i) for i in range(4)])
+    tp = (topic, appended[0].partition)
+    async with ledger.subscribe([topic], name="contract-sink", positions={tp: 2}) as subscription:
+        seen = await batches_until(subscription, lambda seen: seen[-1].live)
+    assert [r.value.attempt for b in seen for r in b.records] == [2, 3]
+    assert seen[0].offsets == {TopicPartition(*tp): appended[-1].offset + 1}
+
+
+async def test_a_subscription_parks_what_does_not_decode_or_apply_and_goes_on(ledger):
+    topic = ledger.settings.topic("job-events")
+    await ledger.append(JobSucceeded(job_id="job-q", attempt=1, occurred_at=T0))
+    await ledger.send_raw(topic, b"job-q", b"\xc3\x01 not an event", [])
+    await ledger.append(JobSucceeded(job_id="job-q", attempt=2, occurred_at=T0))
+    applied: list[int] = []
+
+    def apply(record: Any) -> None:
+        if record.value.attempt == 1:
+            raise ValueError("cannot apply attempt 1")
+        applied.append(record.value.attempt)
+
+    async with ledger.subscribe([topic], name="contract-applier") as subscription:
+        seen = await batches_until(subscription, lambda seen: seen[-1].live)
+        for batch in seen:
+            for record in batch.records:
+                await batch.apply(record, lambda record=record: apply(record))
+    assert applied == [2]
+    parked = await raw_values(ledger, ledger.settings.topic("dead-letter"))
+    assert [dict(p.headers)[DLQ_REASON] for p in parked] == [b"undecodable", b"unapplicable"]
+    assert {dict(p.headers)[DLQ_CONSUMER] for p in parked} == {b"contract-applier"}
