@@ -36,8 +36,8 @@ from services.agent.facts import node_fact
 from services.agent.inventory import host_memory_mb
 from services.agent.journal import JournalEntry, attempt_key
 from services.agent.logs import LogState
-from services.ledger import Ledger, TopicPartition
-from services.ledger.client import CONSUMER_OUTAGE_ERRORS, partition_for
+from services.ledger import Ledger, LedgerPort
+from services.ledger.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,10 @@ log = logging.getLogger(__name__)
 class Agent:
     """A running node agent. ``await start()``, later ``await stop()``."""
 
-    def __init__(self, ctx: AgentContext) -> None:
+    def __init__(self, ctx: AgentContext, ledger: LedgerPort | None = None) -> None:
         self.ctx = ctx
+        self.ledger = ledger or Ledger(ctx.settings, f"agent-{ctx.node_id}-commands")
+        """Where the node's commands are read from."""
         self.gpus = GpuPool([g.index for g in ctx.inventory.gpus])
         self.runners: dict[str, AttemptRunner] = {}
         self._runner_tasks: dict[str, asyncio.Task[None]] = {}
@@ -54,9 +56,9 @@ class Agent:
         self._heartbeat_seq = 0
         self._stopping = False
         self.commands_ready = asyncio.Event()
-        """Set once the node-commands consumer is assigned and positioned."""
-        self.commands_consumer: Any = None
-        """That consumer while it reads (its lag is the ops server's)."""
+        """Set once the node-commands subscription has handed over its first batch."""
+        self.commands_consumer: Subscription | None = None
+        """That subscription while it reads (its lag is the ops server's)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -279,52 +281,28 @@ class Agent:
     # ------------------------------------------------------------------ node commands
 
     async def _consume_commands(self) -> None:
-        """Read this node's partition of node-commands; commit each record once handled."""
+        """Follow this node's commands (its key on node-commands), each batch committed to the
+        node's group once handled; the subscription rides out broker outages."""
         ctx = self.ctx
-        topic = ctx.settings.topic("node-commands")
-        group = f"{ctx.settings.topic_prefix}agent.{ctx.node_id}"
-        backoff = ctx.settings.reconnect_backoff()
-        tries = 0
-        while not self._stopping:
-            ledger = Ledger(ctx.settings, f"agent-{ctx.node_id}-commands")
-            consumer = None
-            try:
-                await ledger.start()
-                tp = TopicPartition(
-                    topic, partition_for(ctx.node_id, await ledger.partitions(topic))
-                )
-                consumer = ledger.consumer(group_id=group)
-                await consumer.start()
-                consumer.assign([tp])
-                await consumer.position(tp)
-                self.commands_ready.set()
-                self.commands_consumer = consumer
-                tries = 0
-                ledger.outage.up()
-                while not self._stopping:
-                    batch = await consumer.getmany(tp, timeout_ms=500, max_records=100)
-                    for raw in batch.get(tp, []):
-                        if raw.key == ctx.node_id.encode():
-                            name = f"agent-{ctx.node_id}"
-                            record = await ledger.decode(raw, name)
-                            if record is not None:
-                                await ledger.applied(raw, name, partial(self._handle, record.value))
-                        await consumer.commit({tp: raw.offset + 1})
-            except asyncio.CancelledError:
-                raise
-            except CONSUMER_OUTAGE_ERRORS as exc:
-                if self._stopping:
-                    return
-                ledger.outage.down(f"node-commands consumer: {type(exc).__name__}: {exc}")
-                await asyncio.sleep(backoff.delay(tries))
-                tries += 1
-            finally:
-                self.commands_consumer = None
-                if consumer is not None:
-                    with contextlib.suppress(Exception):
-                        await consumer.stop()
-                with contextlib.suppress(Exception):
-                    await ledger.stop()
+        subscription = self.ledger.subscribe(
+            [ctx.settings.topic("node-commands")],
+            name=f"agent-{ctx.node_id}",
+            group=f"{ctx.settings.topic_prefix}agent.{ctx.node_id}",
+            key=ctx.node_id,
+            wait_ms=500,
+            max_records=100,
+        )
+        await self.ledger.start(wait=True)
+        try:
+            async with subscription:
+                self.commands_consumer = subscription
+                async for batch in subscription:
+                    self.commands_ready.set()
+                    for record in batch.records:
+                        await batch.apply(record, partial(self._handle, record.value))
+        finally:
+            self.commands_consumer = None
+            await self.ledger.stop()
 
     async def _handle(self, command: Any) -> None:
         if isinstance(command, AttemptScheduled) and command.node_id == self.ctx.node_id:
