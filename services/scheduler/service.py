@@ -1,10 +1,10 @@
 """The scheduler service: rebuild from the topics, then follow them live and decide.
 
-One consumer is assigned every partition of ``node-events`` and ``job-events``
-(no consumer group: the scheduler owns placement for the whole fleet and keeps
-no offsets). On start it reads both topics from the beginning up to their end
-offsets, folding without deciding, so it never re-decides what the log already
-holds; then it decides on every batch and every ``scheduler_tick_s``.
+One subscription reads every partition of ``node-events`` and ``job-events`` (no
+consumer group: the scheduler owns placement for the whole fleet and keeps no
+offsets). On start it catches up with both topics from the beginning, folding
+without deciding, so it never re-decides what the log already holds; then it
+decides on every live batch and every ``scheduler_tick_s``.
 
 Live, deciding and appending overlap: decisions are already folded into the
 state when they are decided, so the loop goes on reading and deciding while an
@@ -29,10 +29,9 @@ from typing import Any
 
 from schemas import codec
 from schemas.events import Event, JobRejected, JobSubmitted, NoCapacity
-from services.backoff import retrying
 from services.clock import utcnow
-from services.ledger import Ledger, LedgerPort, TopicPartition
-from services.ledger.client import broker_unavailable, heard_at
+from services.ledger import Ledger, LedgerPort
+from services.ledger.subscription import Batch, Subscription
 from services.ops import metrics
 from services.ops.logs import event_context
 from services.scheduler.core import FOLDED_TYPE_NAMES, SchedulerConfig, SchedulerState
@@ -76,8 +75,8 @@ class Scheduler:
         self._outbox_ready = asyncio.Event()
         self._appender: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
-        self.consumer: Any = None
-        """The live consumer while :meth:`run` runs (its lag is the ops server's)."""
+        self.consumer: Subscription | None = None
+        """The subscription while :meth:`run` runs (its lag is the ops server's)."""
 
     async def start(self) -> Scheduler:
         """Start the ledger and the decision loop (which first rebuilds the state from the
@@ -124,110 +123,94 @@ class Scheduler:
     async def run(self) -> None:
         """Rebuild, then decide until cancelled; a broker outage is waited out, not fatal.
 
-        The consumer (no group) rides out an outage by itself and an append waits for
-        the broker (:meth:`Ledger.append_until_acked`); only losing the consumer (the
-        broker gone while it starts) restarts the run, which folds what it re-reads
-        idempotently into the state it already has. The appender outlives such a
-        restart: the state counts what it has not appended yet.
+        The subscription rides out an outage of the broker by itself (it resumes where
+        the handled batches ended) and an append waits for the broker
+        (:meth:`Ledger.append_until_acked`), so the state is rebuilt once per start.
         """
         self._appender = asyncio.create_task(self._append_decided(), name="scheduler-appender")
         try:
-            await retrying(
-                self._run,
-                outage=self.ledger.outage,
-                transient=broker_unavailable,
-                backoff=self.settings.reconnect_backoff(),
-            )
+            await self._follow()
         finally:
             self._appender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._appender
             self._appender = None
 
-    async def _run(self) -> None:
-        topics = [self.settings.topic("node-events"), self.settings.topic("job-events")]
-        tps: list[TopicPartition] = []
-        for topic in topics:
-            count = await self.ledger.partitions(topic)
-            tps += [TopicPartition(topic, p) for p in range(count)]
-        consumer = self.ledger.consumer(fetch_max_wait_ms=FETCH_MAX_WAIT_MS)
-        await consumer.start()
-        self.consumer = consumer
-        self._own.clear()  # the rebuild below reads every decision, own ones included
-        try:
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            ends = await consumer.end_offsets(tps)
-            # Node events first, so pre-flight fits of the backlog see the fleet.
-            await self._rebuild(consumer, [tp for tp in tps if tp.topic == topics[0]], ends)
-            await self._rebuild(consumer, [tp for tp in tps if tp.topic == topics[1]], ends)
-            log.info(
-                "scheduler rebuilt: %d nodes, %d open jobs, %d queued",
-                len(self.state.fleet.nodes),
-                len(self.state.jobs),
-                len(self.state.queue),
-            )
-            await self._decide()
-            self.ready.set()
-            tick = self.settings.scheduler_tick_s
-            next_tick = time.monotonic() + tick
-            while True:
-                self._check_appender()
-                timeout_ms = max(0, int((next_tick - time.monotonic()) * 1000))
-                batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=5000)
-                changed = await self._observe(batch)
-                if changed or time.monotonic() >= next_tick:
-                    await self._decide(_newest_s(batch) if changed else None)
-                    next_tick = time.monotonic() + tick
-        finally:
-            self.consumer = None
-            await consumer.stop()
+    async def _follow(self) -> None:
+        """The handler: fold the catch-up (node events first, so pre-flight fits of the
+        backlog see the fleet) without deciding, then decide on every batch that brought
+        news and at every tick."""
+        self._own.clear()  # the catch-up reads every decision, own ones included
+        subscription = self.ledger.subscribe(
+            [self.settings.topic("node-events"), self.settings.topic("job-events")],
+            name="scheduler",
+            wanted=self._wanted,
+            max_records=5000,
+            options={"fetch_max_wait_ms": FETCH_MAX_WAIT_MS},
+        )
+        tick = self.settings.scheduler_tick_s
+        next_tick = time.monotonic() + tick
+        async with subscription:
+            self.consumer = subscription
+            try:
+                async for batch in subscription:
+                    self._check_appender()
+                    changed = await self._observe(batch)
+                    if not batch.live:
+                        continue
+                    if not self.ready.is_set():
+                        log.info(
+                            "scheduler rebuilt: %d nodes, %d open jobs, %d queued",
+                            len(self.state.fleet.nodes),
+                            len(self.state.jobs),
+                            len(self.state.queue),
+                        )
+                        await self._decide()
+                        self.ready.set()
+                        next_tick = time.monotonic() + tick
+                    elif changed or time.monotonic() >= next_tick:
+                        await self._decide(batch.newest_s if changed else None)
+                        next_tick = time.monotonic() + tick
+                    subscription.wait_ms = max(0, int((next_tick - time.monotonic()) * 1000))
+            finally:
+                self.consumer = None
 
-    async def _rebuild(self, consumer, tps: list[TopicPartition], ends) -> None:
-        pending = {tp for tp in tps if ends[tp] > 0}
-        consumer.pause(*(set(consumer.assignment()) - pending))
-        try:
-            while pending:
-                batch = await consumer.getmany(*pending, timeout_ms=500, max_records=5000)
-                await self._observe(batch, live=False)
-                for tp in list(pending):
-                    if await consumer.position(tp) >= ends[tp]:
-                        pending.discard(tp)
-        finally:
-            consumer.resume(*consumer.assignment())
+    def _wanted(self, raw: Any) -> bool:
+        """Whether to decode a record: not one of this scheduler's own decisions read back
+        (see the module docstring), and of a type the state folds."""
+        name = _type_name(raw)
+        if name is None:
+            return True  # no type header: decode it and let the codec judge
+        own = self._own
+        if own:
+            mark = (raw.key, name)
+            if own[mark] > 0:
+                own[mark] -= 1
+                if not own[mark]:
+                    del own[mark]
+                self.skipped_own += 1
+                return False
+        return name in FOLDED_TYPE_NAMES
 
-    async def _observe(self, batch, live: bool = True) -> bool:
+    async def _observe(self, batch: Batch) -> bool:
         """Fold a batch; True when anything but the scheduler's own decisions was in it.
 
-        Node events count as heard at the broker's append time, else (live) now; a
-        rebuild that finds no append time falls back to the events' own times.
+        Node events count as heard at the broker's append time, else (live) now; the
+        catch-up falls back to the events' own times where no append time is known.
         """
         seen = False
-        own = self._own
-        received = utcnow() if live else None
-        for raws in batch.values():
-            for raw in raws:
-                name = _type_name(raw)
-                if own and name is not None:
-                    mark = (raw.key, name)
-                    if own[mark] > 0:
-                        own[mark] -= 1
-                        if not own[mark]:
-                            del own[mark]
-                        self.skipped_own += 1
-                        continue
-                if name is not None and name not in FOLDED_TYPE_NAMES:
-                    continue
-                record = await self.ledger.decode(raw, "scheduler")
-                if record is not None and isinstance(record.value, Event):
-                    # One the state cannot take is parked (its job named), not a crash
-                    # that every restart's rebuild would hit again.
-                    event = record.value
-                    observe = partial(self.state.observe, event, heard_at(raw, received))
-                    if await self.ledger.applied(raw, "scheduler", observe):
-                        seen = True
-                    elif isinstance(event, JobSubmitted):
-                        self._refuse_unapplied(event)
+        received = utcnow() if batch.live else None
+        for record in batch.records:
+            event = record.value
+            if not isinstance(event, Event):
+                continue
+            # One the state cannot take is parked (its job named), not a crash that every
+            # restart's rebuild would hit again.
+            observe = partial(self.state.observe, event, record.appended_at or received)
+            if await batch.apply(record, observe):
+                seen = True
+            elif isinstance(event, JobSubmitted):
+                self._refuse_unapplied(event)
         return seen
 
     def _refuse_unapplied(self, submitted: JobSubmitted) -> None:
@@ -327,12 +310,6 @@ def _log_decisions(events: list[Event]) -> None:
             log.info("no capacity: %s", event.detail, extra=event_context(event))
         elif debug:
             log.debug("decided %s", event.type, extra=event_context(event))
-
-
-def _newest_s(batch: Any) -> float | None:
-    """Broker timestamp (epoch seconds) of a polled batch's newest record."""
-    stamps = [raws[-1].timestamp for raws in batch.values() if raws]
-    return max(stamps) / 1000 if stamps else None
 
 
 def _type_name(raw: Any) -> str | None:
