@@ -20,11 +20,12 @@ def agent_endpoints(settings: Settings, agent: Any) -> OpsEndpoints:
     ctx = agent.ctx
 
     def commands() -> tuple[bool, str]:
-        if agent.commands_ready.is_set() and getattr(agent, "commands_consumer", None):
+        subscription = agent.commands_consumer
+        if agent.commands_ready.is_set() and subscription and subscription.consumer:
             return True, f"reading node-commands for {ctx.node_id}"
         return False, f"node-commands consumer of {ctx.node_id} not positioned (broker away?)"
 
-    lag = lag_check(settings, lambda: getattr(agent, "commands_consumer", None))
+    lag = lag_check(settings, lambda: agent.commands_consumer)
     checks: list[Check] = [
         kafka_check(settings, ("node-commands", "job-events", "heartbeats", "log-chunks")),
         DockerCheck(ctx.runtime.client.ping),

@@ -42,15 +42,13 @@ from datetime import datetime
 from typing import Any, cast
 
 import faust
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import CommitFailedError, ConsumerStoppedError, KafkaError
 from mode import Service
 
 from schemas.events import Event
 from services.clock import utcnow
-from services.ledger import Ledger, LedgerPort
+from services.ledger import Ledger, LedgerPort, TopicPartition
 from services.ledger.client import BrokerUnavailableError, broker_unavailable, partition_for
+from services.ledger.subscription import Subscription
 from services.ops import metrics
 from services.ops.logs import event_context
 from services.processors import watchdog
@@ -176,17 +174,13 @@ class Processors:
         self._bases.pop(job_id, None)
         self._watches.pop(job_id, None)
 
-    async def fail(self, exc: Exception) -> None:
-        """Crash-only: never return, so faust never acks (and commits) the failed batch.
-
-        Leaving the loop body with an exception would close ``take_events``, which acks
-        the batch in its ``finally``. The owner of the worker (the CLI) sees
-        :attr:`crashed` and exits at once; the next worker re-processes the batch.
-        """
+    def fail(self, exc: BaseException) -> None:
+        """Crash-only: the worker stops consuming, the batch in hand uncommitted, and its
+        owner (the CLI) sees :attr:`crashed` and exits at once; the next worker
+        re-processes the batch."""
         log.exception("processors %s failed; stopping this worker", self.only, exc_info=exc)
         self.error = exc
         self.crashed.set()
-        await asyncio.Event().wait()
 
     # ----------------------------------------------------------------------- faust wiring
 
@@ -213,8 +207,7 @@ class Processors:
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions this worker consumes now (empty before it joined its group)."""
-        kafka = self.consumer.kafka
-        return set(kafka.assignment()) if kafka is not None else set()
+        return self.consumer.assignment()
 
     # ----------------------------------------------------------------------- watchdog
 
@@ -225,15 +218,13 @@ class Processors:
         try:
             await self._hear(now)
             await self._watchdog_check(now)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - crash-only: fail logs it
             if broker_unavailable(exc):
                 # The broker went away mid-check: this tick decides nothing, the next one
                 # tries again (the probe has already made the watchdog deaf meanwhile).
                 self.step.outage.down(exc)
                 return
-            log.exception("watchdog check failed; stopping this worker")
-            self.error = exc
-            self.crashed.set()
+            self.fail(exc)
 
     async def _hear(self, now: datetime) -> None:
         """Probe what the broker holds on the watchdog's heartbeat partitions and fold the
@@ -368,56 +359,54 @@ class Processors:
 
 
 class JobEventsConsumer(Service):
-    """The worker's hot path: a Kafka group consumer that takes whole batches.
+    """The worker's hot path, one of the faust app's services: the ledger's subscription
+    for the worker's consumer group, a whole batch at a time.
 
     One member of the worker's consumer group (:func:`app_id_for`) on every topic the
-    chosen processors read. Each ``getmany`` batch (records in partition order) goes
-    through :meth:`.step.Step.run`, which returns once the broker acknowledged every
-    send the batch led to; only then are the batch's offsets committed. A failed step
-    crashes the worker without a commit (:meth:`Processors.fail`), and a batch cut
-    short by a stop or a rebalance is simply re-delivered: every derived event has a
-    deterministic id, so a repeat is a duplicate every reader drops.
+    chosen processors read. Each batch (records in partition order) goes through
+    :meth:`.step.Step.run`, which returns once the broker acknowledged every send the
+    batch led to; only then does the subscription commit the batch's offsets (a
+    rebalance waits for that). A failed step crashes the worker without a commit
+    (:meth:`Processors.fail`), and a batch cut short by a stop or a rebalance is simply
+    re-delivered: every derived event has a deterministic id, so a repeat is a
+    duplicate every reader drops. The group's rebalances and the commits feed faust's
+    sensors, as faust's own consumer would.
     """
 
     def __init__(self, processors: Processors) -> None:
         super().__init__()
         self.processors = processors
-        self.kafka: AIOKafkaConsumer | None = None
-        """The aiokafka consumer while the service runs."""
+        self.subscription: Subscription | None = None
+        """The subscription while the service runs."""
         self.generations = 0
         """How many assignments this member received (0: not a member yet)."""
         self.rebalancing = False
         """Between a revoke and the next assignment."""
         self.rebalance: dict[Any, Any] | None = None
         """faust's sensors' state of the rebalance in progress."""
-        self.in_batch = asyncio.Lock()
-        """Held while a batch is applied and committed; a revoke waits for it."""
         self._task: asyncio.Task[None] | None = None
 
     async def on_start(self) -> None:
-        """Join the processors' group on the Kafka ledger and start consuming in batches."""
+        """Join the processors' group and start consuming in batches."""
         p = self.processors
         s = p.settings
-        if not isinstance(p.ledger, Ledger):
-            raise TypeError(
-                f"the processors' consumer reads Kafka: build_processors needs the Kafka "
-                f"Ledger to start the worker, not {type(p.ledger).__name__} (drive "
-                "Processors.step directly with a fake ledger instead)"
-            )
-        kafka = p.ledger.consumer(
-            group_id=p.app_id,
-            session_timeout_ms=int(s.processors_session_timeout_s * 1000),
-            heartbeat_interval_ms=int(s.processors_heartbeat_interval_s * 1000),
-            # A restarted worker rejoins quickly; do not wait a minute for the dead member.
-            rebalance_timeout_ms=int(max(s.processors_session_timeout_s, 10.0) * 1000),
-            max_poll_records=BATCH_MAX,
+        self.subscription = p.ledger.subscribe(
+            [s.topic(suffix) for suffix in topics_for(p.only)],
+            name=p.step.consumer_name,
+            group=p.app_id,
+            decode=False,  # the step decodes on its own hot path
+            max_records=BATCH_MAX,
+            wait_ms=POLL_TIMEOUT_MS,
+            watch=self,
+            options={
+                "session_timeout_ms": int(s.processors_session_timeout_s * 1000),
+                "heartbeat_interval_ms": int(s.processors_heartbeat_interval_s * 1000),
+                # A restarted worker rejoins quickly; do not wait a minute for the dead member.
+                "rebalance_timeout_ms": int(max(s.processors_session_timeout_s, 10.0) * 1000),
+                "max_poll_records": BATCH_MAX,
+            },
         )
-        kafka.subscribe(
-            topics=[s.topic(suffix) for suffix in topics_for(p.only)], listener=_Rebalance(self)
-        )
-        await kafka.start()
-        self.kafka = kafka
-        self._task = asyncio.create_task(self._consume(kafka), name="processors-consume")
+        self._task = asyncio.create_task(self._consume(self.subscription), name="processors")
 
     async def on_stop(self) -> None:
         """Stop consuming and leave the group."""
@@ -426,98 +415,59 @@ class JobEventsConsumer(Service):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self.kafka is not None:
-            await self.kafka.stop()
-            self.kafka = None
+        self.subscription = None
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this member consumes now (empty before it joined its group)."""
+        return self.subscription.assignment() if self.subscription is not None else set()
 
     async def position(self, tp: TopicPartition) -> int | None:
         """The next offset this member will read of ``tp`` (None: not assigned)."""
-        if self.kafka is None or tp not in self.kafka.assignment():
+        if self.subscription is None or tp not in self.subscription.assignment():
             return None
-        return await self.kafka.position(tp)
+        return await self.subscription.position(tp)
 
-    async def _consume(self, kafka: AIOKafkaConsumer) -> None:
-        """Run the loop; anything it did not expect crashes the worker (never a silent
-        end of the task while the process looks alive)."""
+    async def _consume(self, subscription: Subscription) -> None:
+        """Hand every batch to the step; anything unexpected crashes the worker (never a
+        silent end of the task while the process looks alive), the batch uncommitted."""
+        step = self.processors.step
         try:
-            await self._consume_batches(kafka)
-        except Exception as exc:  # noqa: BLE001 - crash-only: fail logs it and parks
-            await self.processors.fail(exc)
+            async with subscription:
+                async for batch in subscription:
+                    if batch:
+                        await step.run(batch.raws)
+        except Exception as exc:  # noqa: BLE001 - crash-only: fail logs it
+            self.processors.fail(exc)
 
-    async def _consume_batches(self, kafka: AIOKafkaConsumer) -> None:
-        p = self.processors
-        step = p.step
-        while True:
-            try:
-                fetched = await kafka.getmany(timeout_ms=POLL_TIMEOUT_MS, max_records=BATCH_MAX)
-            except ConsumerStoppedError:
-                return
-            except KafkaError as exc:
-                if not broker_unavailable(exc):
-                    await p.fail(exc)
-                step.outage.down(exc)
-                await asyncio.sleep(self.processors.settings.reconnect_backoff().initial_s)
-                continue
-            if not fetched:
-                continue
-            records: list[ConsumerRecord[bytes, bytes]] = [
-                record for batch in fetched.values() for record in batch
-            ]
-            async with self.in_batch:
-                try:
-                    await step.run(records)
-                except Exception as exc:  # noqa: BLE001 - crash-only: fail logs it and parks
-                    await p.fail(exc)
-                await self._commit(
-                    kafka, {tp: batch[-1].offset + 1 for tp, batch in fetched.items()}
-                )
+    # ----------------------------------------------------------------------- what it hears
 
-    async def _commit(self, kafka: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
-        """Commit a batch's offsets, through a broker outage; a batch whose partitions
-        moved to another member meanwhile is not committed (that member reads it again)."""
-        # faust's sensors (its Prometheus metrics) see the commits, as they did when
-        # faust's own consumer committed; per batch, not per record.
-        sensors = self.processors.app.sensors
-        state = sensors.on_commit_initiated(cast(Any, kafka))
-        try:
-            await self.processors.step.retrying(lambda: kafka.commit(offsets))
-        except CommitFailedError as exc:
-            log.warning("offsets of a batch not committed (%s); it is read again", exc)
-            return
-        sensors.on_commit_completed(cast(Any, kafka), state)
-        self.processors.app.monitor.on_tp_commit(cast(Any, offsets))
+    def assigned(self, partitions: list[TopicPartition]) -> None:
+        """A new assignment: the rebalance has ended."""
+        self.generations += 1
+        self.rebalancing = False
+        if self.rebalance is not None:
+            app = self.processors.app
+            app.sensors.on_rebalance_end(app, self.rebalance)
+            self.rebalance = None
 
-
-class _Rebalance(ConsumerRebalanceListener):
-    """Lets a batch in flight finish (and commit) before its partitions move; forgets
-    the rebuilt state of a job-events partition this worker no longer owns."""
-
-    def __init__(self, consumer: JobEventsConsumer) -> None:
-        self.consumer = consumer
-
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        consumer = self.consumer
-        consumer.rebalancing = True
-        consumer.rebalance = consumer.processors.app.sensors.on_rebalance_start(
-            consumer.processors.app
-        )
-        if not consumer.processors.crashed.is_set():
-            async with consumer.in_batch:
-                pass
-        topic = consumer.processors.settings.topic("job-events")
-        for tp in revoked:
+    def revoked(self, partitions: list[TopicPartition]) -> None:
+        """Partitions moved away (their batch in hand committed): forget the rebuilt state
+        of a job-events partition this worker no longer owns."""
+        self.rebalancing = True
+        app = self.processors.app
+        self.rebalance = app.sensors.on_rebalance_start(app)
+        topic = self.processors.settings.topic("job-events")
+        for tp in partitions:
             if tp.topic == topic:
-                consumer.processors.store.forget_partition(tp.partition)
+                self.processors.store.forget_partition(tp.partition)
 
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        consumer = self.consumer
-        consumer.generations += 1
-        consumer.rebalancing = False
-        if consumer.rebalance is not None:
-            consumer.processors.app.sensors.on_rebalance_end(
-                consumer.processors.app, consumer.rebalance
-            )
-            consumer.rebalance = None
+    def committed(self, offsets: dict[TopicPartition, int], started: float) -> None:
+        """A batch's offsets committed: faust's sensors (its Prometheus metrics) see it."""
+        app = self.processors.app
+        # Each sensor's state of the commit is when it began (the monitors' clock).
+        began = {sensor: started for sensor in app.sensors}
+        app.sensors.on_commit_completed(cast(Any, self.subscription), began)
+        app.monitor.on_tp_commit(cast(Any, offsets))
 
 
 def build_processors(

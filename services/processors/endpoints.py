@@ -29,7 +29,7 @@ def processors_endpoints(settings: Settings, processors: Any) -> OpsEndpoints:
         member = processors.consumer
         if member.rebalancing:
             return False, f"group {processors.app_id} is rebalancing"
-        if member.kafka is None or not member.generations:
+        if member.subscription is None or not member.generations:
             return False, f"not a member of {processors.app_id} yet"
         return True, (
             f"member of {processors.app_id} ({member.generations} assignment(s) so far), "
@@ -37,7 +37,7 @@ def processors_endpoints(settings: Settings, processors: Any) -> OpsEndpoints:
         )
 
     def consumer() -> Any:
-        return processors.consumer.kafka
+        return processors.consumer.subscription
 
     lag = lag_check(settings, consumer)
     checks: list[Check] = [
