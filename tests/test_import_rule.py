@@ -1,8 +1,11 @@
-"""The pure core stays pure: no broker, database, Docker or GPU client, no clock, no dice."""
+"""The pure core stays pure (no broker, database, Docker or GPU client, no clock, no dice),
+and imports point one way: core <- runtime <- tooling, with no two packages importing
+each other."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -213,3 +216,137 @@ def test_the_kafka_scan_sees_every_form_of_import(tmp_path: Path) -> None:
     found = _kafka_imports(probe)
     assert [f.rsplit(" ", 1)[1] for f in found] == ["aiokafka", "aiokafka.errors", "faust.types"]
     assert _kafka_imports(ROOT / "services/ledger/client.py"), "the ledger itself imports it"
+
+
+# ----------------------------------------------------------------------------- the wall
+# The layers, lowest first: a module may import its own layer and the layers below it,
+# never one above. The pure core knows nothing of the services; the runtime (every
+# service, the ledger, ops) knows nothing of the tooling that starts, loads, breaks or
+# measures it. A package of services/ is in the runtime unless it is listed as tooling.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("core", ("schemas", "projections")),
+    ("runtime", ("services",)),
+    (
+        "tooling",
+        (
+            "infra",
+            "bench",
+            "services.cli",
+            "services.demo",
+            "services.chaos",
+            "services.simulator",
+        ),
+    ),
+)
+PROJECT_PACKAGES = ("schemas", "projections", "services", "infra", "bench")
+
+
+def _layer(module: str) -> int:
+    """The rank of ``module``'s layer: the most specific listed prefix decides."""
+    best, rank = "", -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best):
+                best, rank = prefix, index
+    assert rank >= 0, f"{module} is in no layer: add it to LAYERS"
+    return rank
+
+
+def _package(module: str) -> str:
+    """The unit cycles are judged between: a top-level package, or one of services/."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "services" and len(parts) > 1 else parts[0]
+
+
+@functools.cache
+def _project_imports(root: Path) -> list[tuple[str, str, str]]:
+    """``(importer, imported, where)`` for every import of a project module in ``root``
+    (parsed once per root: both rules read it)."""
+    found = []
+    for top in PROJECT_PACKAGES:
+        for path in sorted((root / top).rglob("*.py")):
+            relative = path.relative_to(root).with_suffix("")
+            parts = list(relative.parts[:-1] if relative.name == "__init__" else relative.parts)
+            module = ".".join(parts)
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    if node.level:  # relative: from the importer's package
+                        base = parts if relative.name == "__init__" else parts[:-1]
+                        base = base[: len(base) - node.level + 1]
+                        names = [".".join([*base, *([node.module] if node.module else [])])]
+                    else:
+                        names = [node.module or ""]
+                else:
+                    continue
+                for name in names:
+                    if name.split(".")[0] in PROJECT_PACKAGES:
+                        where = f"{path.relative_to(root)}:{node.lineno} imports {name}"
+                        found.append((module, name, where))
+    return found
+
+
+def _upward(root: Path) -> list[str]:
+    return [where for a, b, where in _project_imports(root) if _layer(b) > _layer(a)]
+
+
+def _cycles(root: Path) -> list[list[str]]:
+    """Groups of packages that reach each other through imports (Tarjan's components)."""
+    graph: dict[str, set[str]] = {}
+    for a, b, _ in _project_imports(root):
+        if _package(a) != _package(b):
+            graph.setdefault(_package(a), set()).add(_package(b))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while (top := stack.pop()) != node:
+                group.append(top)
+            if group:
+                cycles.append(sorted([node, *group]))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_import_points_up_the_layers() -> None:
+    upward = _upward(ROOT)
+    assert upward == [], (
+        "the runtime imports nothing of the tooling, the core nothing of the services; "
+        f"move what is needed down (docs/architecture.md, 'Layout'): {upward}"
+    )
+
+
+def test_no_two_packages_import_each_other() -> None:
+    assert _cycles(ROOT) == []
+
+
+def test_the_wall_sees_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
+    for name, text in {
+        "schemas/a.py": "",
+        "services/ledger/x.py": "from services.ops import y\n",
+        "services/ops/y.py": "from services.ledger import x\nfrom infra import tool\n",
+        "infra/tool.py": "from schemas import a\n",
+        "services/cli/z.py": "from . import w\nfrom ..ops import y\n",
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert _upward(tmp_path) == ["services/ops/y.py:2 imports infra"]
+    assert _cycles(tmp_path) == [["services.ledger", "services.ops"]]
+    imported = {b for a, b, _ in _project_imports(tmp_path) if a == "services.cli.z"}
+    assert imported == {"services.cli", "services.ops"}
