@@ -258,6 +258,11 @@ def _package(module: str) -> str:
     return ".".join(parts[:2]) if parts[0] == "services" and len(parts) > 1 else parts[0]
 
 
+def _is_module(root: Path, name: str) -> bool:
+    base = root.joinpath(*name.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
 @functools.cache
 def _project_imports(root: Path) -> list[tuple[str, str, str]]:
     """``(importer, imported, where)`` for every import of a project module in ``root``
@@ -278,6 +283,13 @@ def _project_imports(root: Path) -> list[tuple[str, str, str]]:
                         names = [".".join([*base, *([node.module] if node.module else [])])]
                     else:
                         names = [node.module or ""]
+                    # ``from services import s3client`` imports the module services.s3client.
+                    names = [
+                        f"{names[0]}.{a.name}"
+                        if _is_module(root, f"{names[0]}.{a.name}")
+                        else names[0]
+                        for a in node.names
+                    ]
                 else:
                     continue
                 for name in names:
@@ -343,10 +355,20 @@ def test_the_wall_sees_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
         "services/ops/y.py": "from services.ledger import x\nfrom infra import tool\n",
         "infra/tool.py": "from schemas import a\n",
         "services/cli/z.py": "from . import w\nfrom ..ops import y\n",
+        "services/cli/w.py": "from services import demo\n",
+        "services/demo/__init__.py": "",
+        "services/cli/__init__.py": "",
+        "services/ops/v.py": "from services import cli\n",
     }.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert _upward(tmp_path) == ["services/ops/y.py:2 imports infra"]
-    assert _cycles(tmp_path) == [["services.ledger", "services.ops"]]
+    assert sorted(_upward(tmp_path)) == [
+        "services/ops/v.py:1 imports services.cli",
+        "services/ops/y.py:2 imports infra.tool",
+    ]
+    assert _cycles(tmp_path) == [["services.cli", "services.ledger", "services.ops"]]
     imported = {b for a, b, _ in _project_imports(tmp_path) if a == "services.cli.z"}
-    assert imported == {"services.cli", "services.ops"}
+    assert imported == {"services.cli.w", "services.ops.y"}
+    assert ("services.cli.w", "services.demo", "services/cli/w.py:1 imports services.demo") in (
+        _project_imports(tmp_path)
+    )
