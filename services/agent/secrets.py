@@ -1,4 +1,4 @@
-"""Fetching an attempt's secrets from the API at dispatch (services/api/tenant_secrets.py).
+"""Fetching an attempt's secrets from the API at dispatch (services/api/handlers/secrets.py).
 
 The agent authenticates as its node (``X-Gridledger-Node`` and the node's agent token),
 asks for one attempt by job id and number, and gets the values by environment

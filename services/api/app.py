@@ -5,9 +5,8 @@ from the sink's Postgres read models, except live log following, which reads
 the job's log-chunks partition. A job of another tenant is a 404, like a job
 that does not exist.
 
-The parts: the handlers, one module per resource (``services.api.handlers``, with
-``tenant_secrets``, ``webhooks`` and ``console``), the route table that maps them
-(``services.api.routes``, data), the dependencies they read from the app
+The parts: the handlers, one module per resource (``services.api.handlers``), the one
+route table that maps them (``services.api.routes``, data), the dependencies they read from the app
 (``services.api.deps``), and here the app itself: middlewares, dependencies, routes,
 the OpenAPI document and the shutdown order.
 """
@@ -19,10 +18,11 @@ import socket
 import asyncpg
 from aiohttp import web
 
-from services.api import artifacts, auth, errors, idempotency, security, tenant_secrets, webhooks
+from services.api import artifacts, auth, errors, idempotency, security
 from services.api.deps import EVENTS, ID_KEY, LEDGER, POOL, PRODUCER, SETTINGS, SIGNER, SUBMISSIONS
 from services.api.endpoints import api_endpoints
 from services.api.events import EventHub
+from services.api.handlers import secrets
 from services.api.openapi import OPENAPI, agent_paths, openapi_document, public_paths, register
 from services.api.routes import OPERATIONS, ROUTES, ops_operations
 from services.ledger.client import Ledger
@@ -53,7 +53,7 @@ def build_app(
                 tokens,
                 public_paths(operations),
                 agent_paths(operations),
-                tenant_secrets.authenticate_agent,
+                secrets.authenticate_agent,
             ),
         ],
         client_max_size=settings.api_max_body_bytes,
@@ -68,8 +68,7 @@ def build_app(
     app[ROUTES] = operations
     app[OPENAPI] = openapi_document(operations)
     app[EVENTS] = EventHub(settings, pool)
-    tenant_secrets.install(app, settings, pool)
-    webhooks.install(app, settings)
+    secrets.install(app, settings, pool)
     register(app, operations)
     app.on_response_prepare.append(security.add_headers)
 

@@ -8,16 +8,19 @@ from __future__ import annotations
 from aiohttp import web
 
 from schemas.spec import JobSpec
-from services.api import console, tenant_secrets, webhooks
 from services.api import models as m
-from services.api.handlers.accounting import (
-    get_accounting,
-    list_accounting,
-    list_prices,
-    list_usage,
-    prices_in_force,
-)
+from services.api.handlers.accounting import get_accounting, list_accounting, list_usage
 from services.api.handlers.artifacts import artifact_url, list_artifacts
+from services.api.handlers.console import (
+    ASSET_TYPES,
+    HTML,
+    asset,
+    favicon,
+    fleet_page,
+    job_page,
+    jobs_page,
+)
+from services.api.handlers.events import stream_events
 from services.api.handlers.fleet import list_nodes
 from services.api.handlers.jobs import (
     export_job,
@@ -27,8 +30,18 @@ from services.api.handlers.jobs import (
     get_timeline,
     list_jobs,
 )
-from services.api.handlers.streams import get_logs, stream_events
+from services.api.handlers.logs import get_logs
+from services.api.handlers.prices import list_prices, prices_in_force
+from services.api.handlers.secrets import list_secrets, remove_secret, resolve_secrets, set_secret
 from services.api.handlers.submit import cancel_job, dry_run_job, submit_job
+from services.api.handlers.webhooks import (
+    add_webhook,
+    enable_webhook,
+    list_deliveries,
+    list_webhooks,
+    remove_webhook,
+    rotate_webhook,
+)
 from services.api.openapi import Header, Operation, Reply, serve_document
 from services.api.timeline import Timeline
 from services.ops.server import OpsEndpoints
@@ -59,6 +72,10 @@ INVALID_AS_OF = Reply("as_of is not a time with its zone between 1970 and 9000",
 INVALID_SPEC = Reply("the spec is invalid: each field, the problem and the fix", m.Problems)
 
 
+_SECRET = "/v1/secrets/{name}"
+_ONE = "/v1/webhooks/{id}"
+_NO_SUCH = Reply("no webhook by that id for this tenant", m.ProblemDetail)
+_TAGS = ("webhooks",)
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "POST",
@@ -326,9 +343,182 @@ OPERATIONS: tuple[Operation, ...] = (
         public=True,
         tags=("ops",),
     ),
-    *tenant_secrets.OPERATIONS,
-    *webhooks.OPERATIONS,
-    *console.OPERATIONS,
+    Operation(
+        "GET",
+        "/v1/secrets",
+        list_secrets,
+        "listSecrets",
+        "The tenant's secrets: names, sizes and times, never values",
+        {200: Reply("the secrets", m.SecretList)},
+        tags=("secrets",),
+    ),
+    Operation(
+        "PUT",
+        _SECRET,
+        set_secret,
+        "setSecret",
+        "Store or replace one of the tenant's secrets (sealed at rest; never shown again)",
+        {
+            200: Reply("replaced", m.SecretInfo),
+            201: Reply("stored", m.SecretInfo),
+            409: Reply("the tenant holds the most secrets it may", m.ProblemDetail),
+            422: Reply(
+                "the name or the value was refused: the field, the problem, the fix",
+                m.ProblemDetail,
+            ),
+        },
+        body=m.SecretValue,
+        tags=("secrets",),
+    ),
+    Operation(
+        "DELETE",
+        _SECRET,
+        remove_secret,
+        "removeSecret",
+        "Remove one of the tenant's secrets",
+        {
+            200: Reply("removed", m.SecretRemoved),
+            404: Reply("no secret by that name", m.ProblemDetail),
+        },
+        tags=("secrets",),
+    ),
+    Operation(
+        "POST",
+        "/v1/agent/secrets",
+        resolve_secrets,
+        "resolveAttemptSecrets",
+        "For agents: the values of the secrets of an attempt scheduled on the calling node",
+        {
+            200: Reply(
+                "the values by variable, and the secrets the tenant has not set", m.AgentSecrets
+            ),
+            401: Reply("not this node's agent credential", m.ProblemDetail),
+            403: Reply("the attempt is scheduled on another node", m.ProblemDetail),
+            409: Reply("the attempt is not recorded yet; retry", m.ProblemDetail),
+            410: Reply("the attempt is over (released, lost or superseded)", m.ProblemDetail),
+        },  # fmt: skip
+        body=m.AgentSecretsRequest,
+        agent=True,
+        tags=("agent",),
+    ),
+    Operation(
+        "POST",
+        "/v1/webhooks",
+        add_webhook,
+        "addWebhook",
+        "Subscribe a URL to the tenant's job events (Standard Webhooks signatures)",
+        {
+            201: Reply("added; the secret is shown this once", m.WebhookCreated),
+            409: Reply("the tenant holds the most webhooks it may", m.Problems),
+            422: Reply(
+                "the URL (scheme, credentials, length, a non-public address) or the event "
+                "types were refused: the field, the problem, the fix",
+                m.Problems,
+            ),
+        },
+        body=m.WebhookCreate,
+        tags=_TAGS,
+    ),
+    Operation(
+        "GET",
+        "/v1/webhooks",
+        list_webhooks,
+        "listWebhooks",
+        "The tenant's webhooks: URL, events, enabled or why disabled, events pending",
+        {200: Reply("the webhooks", m.WebhookList)},
+        tags=_TAGS,
+    ),
+    Operation(
+        "DELETE",
+        _ONE,
+        remove_webhook,
+        "removeWebhook",
+        "Remove a webhook, its queued events and its delivery log",
+        {200: Reply("removed", m.WebhookRemoved), 404: _NO_SUCH},
+        tags=_TAGS,
+    ),
+    Operation(
+        "POST",
+        f"{_ONE}/rotate",
+        rotate_webhook,
+        "rotateWebhookSecret",
+        "A new signing secret; the previous one signs too until previous_valid_until",
+        {200: Reply("rotated; the new secret is shown this once", m.WebhookRotated), 404: _NO_SUCH},
+        tags=_TAGS,
+    ),
+    Operation(
+        "POST",
+        f"{_ONE}/enable",
+        enable_webhook,
+        "enableWebhook",
+        "Enable a disabled webhook again; what was queued meanwhile is delivered",
+        {200: Reply("enabled", m.WebhookEnabled), 404: _NO_SUCH},
+        tags=_TAGS,
+    ),
+    Operation(
+        "GET",
+        f"{_ONE}/deliveries",
+        list_deliveries,
+        "listWebhookDeliveries",
+        "The webhook's latest delivery attempts: status code, latency, error",
+        {200: Reply("the attempts, newest first", m.WebhookDeliveries), 404: _NO_SUCH},
+        tags=_TAGS,
+    ),
+    Operation(
+        "GET",
+        "/console",
+        jobs_page,
+        "consoleJobs",
+        "Console: the tenant's jobs, with filters and live status",
+        {200: Reply("the page", media=HTML)},
+        public=True,
+        tags=("console",),
+    ),
+    Operation(
+        "GET",
+        "/console/jobs/{job_id}",
+        job_page,
+        "consoleJob",
+        "Console: one job's timeline, live logs, explanation, outputs and accounting",
+        {200: Reply("the page (the job is fetched by its script)", media=HTML)},
+        public=True,
+        tags=("console",),
+    ),
+    Operation(
+        "GET",
+        "/console/fleet",
+        fleet_page,
+        "consoleFleet",
+        "Console: the fleet",
+        {200: Reply("the page", media=HTML)},
+        public=True,
+        tags=("console",),
+    ),
+    Operation(
+        "GET",
+        "/console/static/{name}",
+        asset,
+        "consoleAsset",
+        "Console: a stylesheet, script or icon",
+        {
+            200: Reply(
+                "the file", media={t: {"schema": {"type": "string"}} for t in ASSET_TYPES.values()}
+            ),
+            404: Reply("no such asset", m.ProblemDetail),
+        },
+        public=True,
+        tags=("console",),
+    ),
+    Operation(
+        "GET",
+        "/favicon.ico",
+        favicon,
+        "favicon",
+        "The console's icon",
+        {200: Reply("the icon", media={ASSET_TYPES[".ico"]: {"schema": {"type": "string"}}})},
+        public=True,
+        tags=("console",),
+    ),
 )
 
 

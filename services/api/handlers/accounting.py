@@ -1,18 +1,16 @@
-"""Accounting, usage and prices: a job's record, the tenant's records and usage by period, and
-the price catalog's versions and the rows in force.
+"""Accounting and usage: a job's record, the tenant's records, and its usage by UTC period
+and group.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 
 from aiohttp import web
 from pydantic import ValidationError
 
 from projections import usage
-from projections.prices import PriceBook
-from schemas.events import PriceCatalogPublished
 from services.api import models as m
 from services.api import problems, queries
 from services.api import usage as usage_api
@@ -26,8 +24,6 @@ from services.api.deps import (
     query_problems,
     tenant_of,
 )
-from services.clock import utcnow
-from services.sink.writer import load_book
 
 
 async def get_accounting(request: web.Request) -> web.Response:
@@ -123,48 +119,3 @@ async def list_usage(request: web.Request) -> web.Response:
         "next_cursor": next_cursor,
     }
     return web.json_response(body)
-
-
-async def list_prices(request: web.Request) -> web.Response:
-    """GET /v1/prices: every version of the price catalog on the ledger, and the price
-    book's verdict on it (the fold of :class:`projections.prices.PriceBook`)."""
-    stored = await request.app[POOL].fetch("SELECT payload FROM price_catalogs ORDER BY seq")
-    events = [PriceCatalogPublished.model_validate_json(r["payload"]) for r in stored]
-    book = PriceBook(events)
-    refused = {e.event_id: problems for e, problems in book.refused}
-    versions = [
-        {
-            "version": event.version,
-            "currency": event.currency,
-            "published_at": event.occurred_at.isoformat(),
-            "source": event.source,
-            "accepted": event.event_id not in refused,
-            "problems": [{"field": f, "problem": p} for f, p in refused.get(event.event_id, [])],
-            "entries": [e.model_dump(mode="json") for e in event.entries],
-        }
-        for event in events
-    ]
-    body = {"currency": book.currency, "latest_version": book.version, "versions": versions}
-    return web.json_response(body)
-
-
-async def prices_in_force(request: web.Request) -> web.Response:
-    """GET /v1/prices/in-force?at=TIME: the row pricing each key at that moment (now)."""
-    try:
-        query = m.PricesQuery.model_validate(query_args(request))
-    except ValidationError as exc:
-        return problem_response(422, query_problems(exc, 5000), "invalid_query")
-    at = (query.at or utcnow()).astimezone(UTC)
-    book = await load_book(request.app[POOL])
-    rows = [
-        {
-            "provider": provider,
-            "gpu_model": gpu_model,
-            "region": region,
-            "per_gpu_hour": price.per_gpu_hour,
-            "effective_from": price.effective_from.isoformat(),
-            "version": price.version,
-        }
-        for (provider, gpu_model, region), price in book.in_force(at)
-    ]
-    return web.json_response({"at": at.isoformat(), "currency": book.currency, "prices": rows})

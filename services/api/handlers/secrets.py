@@ -27,7 +27,6 @@ from services import secretstore
 from services.api import errors
 from services.api import models as m
 from services.api.auth import TENANT_KEY
-from services.api.openapi import Operation, Reply
 from services.secretstore import SecretOpenError, SecretsKey, SecretsKeyError
 from services.settings import Settings
 
@@ -284,68 +283,3 @@ async def _scheduled(pool: asyncpg.Pool, job_id: str, attempt: int) -> asyncpg.R
         if row is not None or loop.time() >= deadline:
             return row
         await asyncio.sleep(0.1)
-
-
-# --------------------------------------------------------------------------- the routes
-
-_NAME = "/v1/secrets/{name}"
-OPERATIONS: tuple[Operation, ...] = (
-    Operation(
-        "GET",
-        "/v1/secrets",
-        list_secrets,
-        "listSecrets",
-        "The tenant's secrets: names, sizes and times, never values",
-        {200: Reply("the secrets", m.SecretList)},
-        tags=("secrets",),
-    ),
-    Operation(
-        "PUT",
-        _NAME,
-        set_secret,
-        "setSecret",
-        "Store or replace one of the tenant's secrets (sealed at rest; never shown again)",
-        {
-            200: Reply("replaced", m.SecretInfo),
-            201: Reply("stored", m.SecretInfo),
-            409: Reply("the tenant holds the most secrets it may", m.ProblemDetail),
-            422: Reply(
-                "the name or the value was refused: the field, the problem, the fix",
-                m.ProblemDetail,
-            ),
-        },
-        body=m.SecretValue,
-        tags=("secrets",),
-    ),
-    Operation(
-        "DELETE",
-        _NAME,
-        remove_secret,
-        "removeSecret",
-        "Remove one of the tenant's secrets",
-        {
-            200: Reply("removed", m.SecretRemoved),
-            404: Reply("no secret by that name", m.ProblemDetail),
-        },
-        tags=("secrets",),
-    ),
-    Operation(
-        "POST",
-        "/v1/agent/secrets",
-        resolve_secrets,
-        "resolveAttemptSecrets",
-        "For agents: the values of the secrets of an attempt scheduled on the calling node",
-        {
-            200: Reply(
-                "the values by variable, and the secrets the tenant has not set", m.AgentSecrets
-            ),
-            401: Reply("not this node's agent credential", m.ProblemDetail),
-            403: Reply("the attempt is scheduled on another node", m.ProblemDetail),
-            409: Reply("the attempt is not recorded yet; retry", m.ProblemDetail),
-            410: Reply("the attempt is over (released, lost or superseded)", m.ProblemDetail),
-        },  # fmt: skip
-        body=m.AgentSecretsRequest,
-        agent=True,
-        tags=("agent",),
-    ),
-)

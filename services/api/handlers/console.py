@@ -14,10 +14,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from services.api.models import ProblemDetail
-from services.api.openapi import Operation, Reply
-
-STATIC = Path(__file__).parent / "static"
+STATIC = Path(__file__).parent.parent / "static"
 ASSET_TYPES = {
     ".css": "text/css",
     ".js": "text/javascript",
@@ -74,62 +71,3 @@ async def asset(request: web.Request) -> web.Response:
 async def favicon(request: web.Request) -> web.Response:
     """The console's icon where browsers look for it by default."""
     return _asset(FAVICON)
-
-
-OPERATIONS: tuple[Operation, ...] = (
-    Operation(
-        "GET",
-        "/console",
-        jobs_page,
-        "consoleJobs",
-        "Console: the tenant's jobs, with filters and live status",
-        {200: Reply("the page", media=HTML)},
-        public=True,
-        tags=("console",),
-    ),
-    Operation(
-        "GET",
-        "/console/jobs/{job_id}",
-        job_page,
-        "consoleJob",
-        "Console: one job's timeline, live logs, explanation, outputs and accounting",
-        {200: Reply("the page (the job is fetched by its script)", media=HTML)},
-        public=True,
-        tags=("console",),
-    ),
-    Operation(
-        "GET",
-        "/console/fleet",
-        fleet_page,
-        "consoleFleet",
-        "Console: the fleet",
-        {200: Reply("the page", media=HTML)},
-        public=True,
-        tags=("console",),
-    ),
-    Operation(
-        "GET",
-        "/console/static/{name}",
-        asset,
-        "consoleAsset",
-        "Console: a stylesheet, script or icon",
-        {
-            200: Reply(
-                "the file", media={t: {"schema": {"type": "string"}} for t in ASSET_TYPES.values()}
-            ),
-            404: Reply("no such asset", ProblemDetail),
-        },
-        public=True,
-        tags=("console",),
-    ),
-    Operation(
-        "GET",
-        "/favicon.ico",
-        favicon,
-        "favicon",
-        "The console's icon",
-        {200: Reply("the icon", media={ASSET_TYPES[".ico"]: {"schema": {"type": "string"}}})},
-        public=True,
-        tags=("console",),
-    ),
-)

@@ -19,25 +19,16 @@ from pydantic import ValidationError
 from services.api import errors, problems
 from services.api import models as m
 from services.api.auth import TENANT_KEY
-from services.api.openapi import Operation, Reply
-from services.api.tenant_secrets import with_key
+from services.api.deps import SETTINGS, problem_response, shown
+from services.api.handlers.secrets import with_key
 from services.secretstore import SecretsKey
-from services.settings import Settings
 from services.webhooks import store, targets
 
 log = logging.getLogger(__name__)
 
-SETTINGS = web.AppKey("webhook_settings", Settings)
-
-
-def install(app: web.Application, settings: Settings) -> None:
-    """What the routes need beside the vault: the operator's webhook settings."""
-    app[SETTINGS] = settings
-
 
 def _refused(field: str, problem: str, fix: str, status: int = 422) -> web.Response:
-    body = problems.refusal(status, "invalid_webhook", [problems.Problem(field, problem, fix)])
-    return web.json_response(body, status=status, content_type=errors.PROBLEM_JSON)
+    return problem_response(status, [problems.Problem(field, problem, fix)], "invalid_webhook")
 
 
 def _own_id(request: web.Request) -> str:
@@ -49,9 +40,8 @@ def _own_id(request: web.Request) -> str:
 
 
 def _not_found(sid: str) -> web.HTTPNotFound:
-    shown = sid if problems.printable(sid) else ascii(sid)[:80]
     return errors.not_found(
-        f"this tenant has no webhook {shown}; `gridledger webhooks list` shows yours"
+        f"this tenant has no webhook {shown(sid)}; `gridledger webhooks list` shows yours"
     )
 
 
@@ -141,73 +131,3 @@ async def list_deliveries(
     if found is None:
         raise _not_found(sid)
     return web.json_response({"id": sid, "deliveries": found})
-
-
-_ONE = "/v1/webhooks/{id}"
-_NO_SUCH = Reply("no webhook by that id for this tenant", m.ProblemDetail)
-_TAGS = ("webhooks",)
-OPERATIONS: tuple[Operation, ...] = (
-    Operation(
-        "POST",
-        "/v1/webhooks",
-        add_webhook,
-        "addWebhook",
-        "Subscribe a URL to the tenant's job events (Standard Webhooks signatures)",
-        {
-            201: Reply("added; the secret is shown this once", m.WebhookCreated),
-            409: Reply("the tenant holds the most webhooks it may", m.Problems),
-            422: Reply(
-                "the URL (scheme, credentials, length, a non-public address) or the event "
-                "types were refused: the field, the problem, the fix",
-                m.Problems,
-            ),
-        },
-        body=m.WebhookCreate,
-        tags=_TAGS,
-    ),
-    Operation(
-        "GET",
-        "/v1/webhooks",
-        list_webhooks,
-        "listWebhooks",
-        "The tenant's webhooks: URL, events, enabled or why disabled, events pending",
-        {200: Reply("the webhooks", m.WebhookList)},
-        tags=_TAGS,
-    ),
-    Operation(
-        "DELETE",
-        _ONE,
-        remove_webhook,
-        "removeWebhook",
-        "Remove a webhook, its queued events and its delivery log",
-        {200: Reply("removed", m.WebhookRemoved), 404: _NO_SUCH},
-        tags=_TAGS,
-    ),
-    Operation(
-        "POST",
-        f"{_ONE}/rotate",
-        rotate_webhook,
-        "rotateWebhookSecret",
-        "A new signing secret; the previous one signs too until previous_valid_until",
-        {200: Reply("rotated; the new secret is shown this once", m.WebhookRotated), 404: _NO_SUCH},
-        tags=_TAGS,
-    ),
-    Operation(
-        "POST",
-        f"{_ONE}/enable",
-        enable_webhook,
-        "enableWebhook",
-        "Enable a disabled webhook again; what was queued meanwhile is delivered",
-        {200: Reply("enabled", m.WebhookEnabled), 404: _NO_SUCH},
-        tags=_TAGS,
-    ),
-    Operation(
-        "GET",
-        f"{_ONE}/deliveries",
-        list_deliveries,
-        "listWebhookDeliveries",
-        "The webhook's latest delivery attempts: status code, latency, error",
-        {200: Reply("the attempts, newest first", m.WebhookDeliveries), 404: _NO_SUCH},
-        tags=_TAGS,
-    ),
-)
