@@ -37,6 +37,8 @@ from schemas.events import (
     RecordRefused,
     RetryScheduled,
     RetryWithdrawn,
+    Role,
+    with_role,
 )
 from schemas.views import TERMINAL_STATUSES, UNPLACED_STATUSES, JobView
 
@@ -46,12 +48,7 @@ DECISION_PRODUCERS = (CLASSIFIER, DECIDER)
 """The ``producer`` of every derived event (no instance suffix: replay must reproduce it)."""
 
 
-REACTS_TO: tuple[type[Event], ...] = (
-    *ENDING_EVENTS,
-    CancelRequested,
-    FailureClassified,
-    RecordRefused,
-)
+REACTS_TO = with_role(Role.TRIGGER, Role.DECIDER_INPUT)
 """The only events :func:`react` derives anything from: the classifier's triggers and
 the retry decider's inputs (ComputeReleased is both). For any other event it returns
 nothing without reading the history, so callers may skip folding for those."""

@@ -41,16 +41,11 @@ from schemas.events import (
     NoCapacity,
     ProcessExited,
     ReleaseReason,
+    Role,
+    with_role,
 )
 
-ENDING_EVENTS: tuple[type[Event], ...] = (
-    ComputeReleased,
-    AttemptLost,
-    DispatchTimedOut,
-    NoCapacity,
-    FinishingTimedOut,
-    JobRejected,
-)
+ENDING_EVENTS = with_role(Role.TRIGGER)
 """Events after which an unsuccessful attempt is classified (the classifier's triggers)."""
 
 SIGNAL_NAMES = {

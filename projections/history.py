@@ -18,32 +18,24 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TypeVar, overload
 
 from schemas.events import (
+    EVENT_TYPES,
     AttemptCancelled,
-    AttemptHeartbeat,
     ComputeReleased,
     Event,
     JobSubmitted,
-    LogChunk,
-    MeterTick,
-    NodeEvent,
     OutputFailed,
     OutputStored,
-    PriceCatalogPublished,
     ProcessExited,
 )
 from schemas.spec import JobSpec
 
 E = TypeVar("E", bound=Event)
 
-STREAM_EVENTS: tuple[type[Event], ...] = (
-    AttemptHeartbeat,
-    LogChunk,
-    MeterTick,
-    NodeEvent,
-    PriceCatalogPublished,
+STREAM_EVENTS: tuple[type[Event], ...] = tuple(
+    cls for cls in EVENT_TYPES.values() if cls.TOPIC != Event.TOPIC
 )
-"""Per-attempt streams, node events and the price catalog: not job-events, ignored by the
-job folds."""
+"""Per-attempt streams, node events and the price catalog: the types on a topic other
+than job-events, ignored by the job folds."""
 
 
 def is_job_event(event: Event) -> bool:

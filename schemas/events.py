@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -66,6 +67,30 @@ def derived_event_id(causation_id: str, processor: str, suffix: str = "") -> str
 _URL_NAMESPACE = uuid.NAMESPACE_URL.bytes
 
 
+class Role(StrEnum):
+    """What the services and folds do with an event type: each event class lists its roles
+    in ``ROLES``, and every tuple of types a consumer matches on is derived from them
+    (:func:`with_role`). Whether a type is a job-event or a stream is its ``TOPIC``."""
+
+    TERMINAL = "terminal"
+    """Ends the job: a history holds exactly one (``TERMINAL_EVENTS``)."""
+    ENDS_ATTEMPT = "ends_attempt"
+    """Ends a placed attempt: the watchdog has nothing left to watch after it
+    (``services.processors.watchdog.ATTEMPT_ENDS``)."""
+    TRIGGER = "trigger"
+    """An unsuccessful attempt (or an unplaced job) is classified after it: the
+    classifier's triggers (``projections.evidence.ENDING_EVENTS``)."""
+    DECIDER_INPUT = "decider_input"
+    """The retry decider decides on it; with the triggers, what ``react`` answers
+    (``projections.decisions.REACTS_TO``)."""
+    SCHEDULER_INPUT = "scheduler_input"
+    """The scheduler's state folds it; it skips every other type undecoded
+    (``services.scheduler.core.FOLDED``)."""
+
+
+Roles = frozenset[Role]
+
+
 class Event(BaseModel):
     """Base of every event: the envelope."""
 
@@ -74,6 +99,8 @@ class Event(BaseModel):
     TOPIC: ClassVar[str] = "job-events"
     """Topic suffix the event is appended to (see ``services.settings.TOPIC_NAMES``)."""
     SCHEMA_VERSION: ClassVar[int] = 1
+    ROLES: ClassVar[Roles] = frozenset()
+    """What consumers do with the type (:class:`Role`); every event class declares its own."""
 
     event_id: str = Field(default_factory=new_event_id, json_schema_extra={"avro_default": False})
     job_id: str = ""
@@ -167,6 +194,8 @@ class JobSubmitted(Event):
     """The API accepted a job: the first event of every history, carrying the spec all later
     decisions read."""
 
+    ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT})
+
     SCHEMA_VERSION: ClassVar[int] = 3
     """v2: the spec's ``labels`` (v1 payloads decode with none); v3 its ``secrets``
     (names only)."""
@@ -179,6 +208,8 @@ class JobSubmitted(Event):
 class JobRejected(Event):
     """Terminal before any compute is held."""
 
+    ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.TRIGGER, Role.SCHEDULER_INPUT})
+
     failure_class: FailureClass
     """does_not_fit or invalid_spec."""
     summary: str
@@ -190,12 +221,16 @@ class JobQueued(Event):
     """No node can hold the job now; it waits, ending as ``capacity_unavailable`` at
     ``queue_deadline``."""
 
+    ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT})
+
     queue_deadline: datetime
     reason: str = ""
 
 
 class AttemptScheduled(Event):
     """The scheduler placed an attempt on a node. Also routed to node-commands."""
+
+    ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT})
 
     SCHEMA_VERSION: ClassVar[int] = 4
     """v2 added ``avoidance`` and ``reason`` (v1 payloads decode with none and ""); v3 the
@@ -221,6 +256,8 @@ class AttemptScheduled(Event):
 class NoCapacity(Event):
     """The queue deadline passed with no placement: the job ends, attributed to capacity."""
 
+    ROLES: ClassVar[Roles] = frozenset({Role.TRIGGER, Role.SCHEDULER_INPUT})
+
     queued_since: datetime
     queue_deadline: datetime
     detail: str = ""
@@ -229,11 +266,15 @@ class NoCapacity(Event):
 class AttemptAccepted(Event):
     """The node's agent took the attempt: the dispatch deadline no longer applies."""
 
+    ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT})
+
     node_id: str
 
 
 class ComputeHeld(Event):
     """The meter starts at ``occurred_at``."""
+
+    ROLES: ClassVar[Roles] = frozenset()
 
     node_id: str
     gpu_count: int
@@ -259,12 +300,18 @@ default of the field (the schema keeps it) and, on a view, "not released yet".""
 class ComputeReleased(Event):
     """The meter stops at ``occurred_at``. Emitted on every end, success or not."""
 
+    ROLES: ClassVar[Roles] = frozenset(
+        {Role.ENDS_ATTEMPT, Role.TRIGGER, Role.DECIDER_INPUT, Role.SCHEDULER_INPUT}
+    )
+
     node_id: str
     reason: ReleaseReason = ""
 
 
 class ImageResolved(Event):
     """The agent has the image locally (``pulled`` when it had to fetch it)."""
+
+    ROLES: ClassVar[Roles] = frozenset()
 
     image: str
     image_id: str = ""
@@ -274,6 +321,8 @@ class ImageResolved(Event):
 class ImageUnavailable(Event):
     """The image could not be had: the attempt ends before a container exists."""
 
+    ROLES: ClassVar[Roles] = frozenset()
+
     image: str
     reason: Literal["not_found", "registry_unreachable"]
     message: str = ""
@@ -282,12 +331,16 @@ class ImageUnavailable(Event):
 class ContainerStarted(Event):
     """The container runs: from here on, the process's exit decides the attempt."""
 
+    ROLES: ClassVar[Roles] = frozenset()
+
     container_id: str
     node_id: str = ""
 
 
 class ContainerStartFailed(Event):
     """Docker refused to start the container; ``error_kind`` is what the classifier matches."""
+
+    ROLES: ClassVar[Roles] = frozenset()
 
     error_kind: str
     """entrypoint_not_found, invalid_config, daemon_error ..."""
@@ -297,6 +350,8 @@ class ContainerStartFailed(Event):
 class ProcessExited(Event):
     """The job's process ended: the facts (exit code, signal, OOM, last log lines) its failure is
     classified on."""
+
+    ROLES: ClassVar[Roles] = frozenset()
 
     SCHEMA_VERSION: ClassVar[int] = 2
     """v2 added ``memory_limit_bytes`` (v1 payloads decode with 0: unknown)."""
@@ -315,6 +370,8 @@ class ProcessExited(Event):
 class CheckpointStored(Event):
     """A checkpoint reached the object store: a retry (or a job resuming from this one) starts from
     it."""
+
+    ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT})
 
     name: str
     step: int | None = None
@@ -338,6 +395,8 @@ class CheckpointStored(Event):
 
 class OutputStored(Event):
     """A declared output reached the object store, with the digest a download checks."""
+
+    ROLES: ClassVar[Roles] = frozenset()
 
     path: str
     uri: str
@@ -368,6 +427,8 @@ class OutputFailed(Event):
     :data:`OutputFailureReason` and projections/failures.py for what each reason makes of
     the job."""
 
+    ROLES: ClassVar[Roles] = frozenset()
+
     path: str
     reason: OutputFailureReason
     required: bool = True
@@ -378,6 +439,8 @@ class AttemptUnresponsive(Event):
     """The watchdog heard nothing from the attempt for too long: the job is ``lost_contact`` until
     ``lost_deadline``."""
 
+    ROLES: ClassVar[Roles] = frozenset()
+
     node_id: str
     last_heartbeat_at: datetime | None = None
     silence_s: float
@@ -387,6 +450,8 @@ class AttemptUnresponsive(Event):
 class AttemptResponsive(Event):
     """Heartbeats came back before the lost deadline: the uncertainty is cleared."""
 
+    ROLES: ClassVar[Roles] = frozenset()
+
     node_id: str
     silence_s: float = 0.0
 
@@ -394,6 +459,8 @@ class AttemptResponsive(Event):
 class AttemptLost(Event):
     """The silence outlasted the lost deadline: the attempt is given up on (and may be retried),
     whatever arrives late."""
+
+    ROLES: ClassVar[Roles] = frozenset({Role.ENDS_ATTEMPT, Role.TRIGGER, Role.SCHEDULER_INPUT})
 
     node_id: str
     last_heartbeat_at: datetime | None = None
@@ -403,6 +470,8 @@ class AttemptLost(Event):
 class DispatchTimedOut(Event):
     """No agent accepted the placement by its deadline: the attempt ends without having run."""
 
+    ROLES: ClassVar[Roles] = frozenset({Role.ENDS_ATTEMPT, Role.TRIGGER, Role.SCHEDULER_INPUT})
+
     node_id: str
     deadline: datetime
 
@@ -410,6 +479,8 @@ class DispatchTimedOut(Event):
 class FinishingTimedOut(Event):
     """The attempt's end (release, outputs) did not all arrive by the deadline: the job is decided
     on what did."""
+
+    ROLES: ClassVar[Roles] = frozenset({Role.ENDS_ATTEMPT, Role.TRIGGER})
 
     node_id: str = ""
     deadline: datetime
@@ -419,6 +490,8 @@ class RecordRefused(Event):
     """A record the job's history leads to was too large for its topic: a service parked it
     on the dead-letter topic instead of publishing it (its view, its accounting record, a
     decision). The retry decider ends the job ``record_refused`` on it (platform side)."""
+
+    ROLES: ClassVar[Roles] = frozenset({Role.DECIDER_INPUT})
 
     record_topic: str
     """The topic suffix the record was for (``job-state``, ``accounting``, ``job-events``)."""
@@ -432,6 +505,8 @@ class RecordRefused(Event):
 class CancelRequested(Event):
     """Someone asked for the job to stop; dispatch routes it to the node that runs it."""
 
+    ROLES: ClassVar[Roles] = frozenset({Role.DECIDER_INPUT, Role.SCHEDULER_INPUT})
+
     requested_by: str = ""
     reason: str = ""
     node_id: str = ""
@@ -441,12 +516,16 @@ class CancelRequested(Event):
 class AttemptCancelled(Event):
     """The agent stopped the attempt on a cancel (after its stop grace)."""
 
+    ROLES: ClassVar[Roles] = frozenset()
+
     node_id: str
 
 
 class FailureClassified(Event):
     """The classifier's verdict on a failed attempt: class, whose side, retryable, advice and the
     evidence for it."""
+
+    ROLES: ClassVar[Roles] = frozenset({Role.DECIDER_INPUT, Role.SCHEDULER_INPUT})
 
     failure_class: FailureClass
     attribution: Attribution
@@ -460,6 +539,8 @@ class FailureClassified(Event):
 
 class RetryScheduled(Event):
     """The attempt ``attempt`` failed; ``next_attempt`` will be queued after ``delay_s``."""
+
+    ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT})
 
     SCHEMA_VERSION: ClassVar[int] = 2
     """v2 added ``avoid_reason``."""
@@ -482,6 +563,8 @@ class RetryWithdrawn(Event):
     """A retry ordered after attempt ``attempt`` was declared lost is called off: the
     attempt's own late facts show it finished cleanly, so its result stands."""
 
+    ROLES: ClassVar[Roles] = frozenset()
+
     next_attempt: int
     """The attempt the withdrawn RetryScheduled would have started."""
     reason: str = ""
@@ -490,6 +573,8 @@ class RetryWithdrawn(Event):
 class AttemptSuperseded(Event):
     """Attempt ``attempt`` must stop: another attempt's result won (``winner``). The
     dispatch processor routes it to ``node_id`` as a cancel; its compute is credited."""
+
+    ROLES: ClassVar[Roles] = frozenset()
 
     node_id: str
     winner: int
@@ -500,15 +585,21 @@ class AttemptSuperseded(Event):
 class JobSucceeded(Event):
     """Terminal: the process exited 0 and every required output was stored."""
 
+    ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.SCHEDULER_INPUT})
+
 
 class JobSucceededWithErrors(Event):
     """The process exited 0 but a declared output failed to store."""
+
+    ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.SCHEDULER_INPUT})
 
     summary: str = ""
 
 
 class JobFailed(Event):
     """Terminal: the failure was not retried (not retryable, or the retry budget is spent)."""
+
+    ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.SCHEDULER_INPUT})
 
     failure_class: FailureClass
     attribution: Attribution = "user"
@@ -521,6 +612,8 @@ class JobFailed(Event):
 class JobCancelled(Event):
     """Terminal: the job was stopped on request."""
 
+    ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.SCHEDULER_INPUT})
+
     summary: str = ""
 
 
@@ -530,6 +623,8 @@ class JobCancelled(Event):
 class AttemptHeartbeat(Event):
     """The agent's periodic word that the attempt still runs, with what it uses; silence is what the
     watchdog watches."""
+
+    ROLES: ClassVar[Roles] = frozenset()
 
     TOPIC: ClassVar[str] = "heartbeats"
     node_id: str
@@ -541,6 +636,8 @@ class AttemptHeartbeat(Event):
 
 class LogChunk(Event):
     """A piece of one stream of an attempt's log, numbered so a reader tells a gap from the end."""
+
+    ROLES: ClassVar[Roles] = frozenset()
 
     TOPIC: ClassVar[str] = "log-chunks"
     stream: Literal["stdout", "stderr", "system"]
@@ -558,6 +655,8 @@ class LogChunk(Event):
 class MeterTick(Event):
     """One interval of GPU time the agent metered, checked against the held time the lifecycle
     gives."""
+
+    ROLES: ClassVar[Roles] = frozenset()
 
     TOPIC: ClassVar[str] = "meter-ticks"
     node_id: str
@@ -578,6 +677,8 @@ class MeterTick(Event):
 class NodeRegistered(NodeEvent):
     """An agent joined with its inventory: the scheduler's fleet is built from these."""
 
+    ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT})
+
     provider: str = ""
     region: str = ""
     inventory_source: Literal["nvml", "declared"]
@@ -593,6 +694,8 @@ class NodeHeartbeat(NodeEvent):
     """A node's periodic state (free GPUs, running attempts); a node that stops sending is not
     placed on."""
 
+    ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT})
+
     seq: int
     free_gpu_indices: list[int] = Field(default_factory=list)
     gpus: list[GpuUsage] = Field(default_factory=list)
@@ -602,6 +705,8 @@ class NodeHeartbeat(NodeEvent):
 
 class NodeDrained(NodeEvent):
     """The node takes no new attempts."""
+
+    ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT})
 
     reason: str = ""
 
@@ -635,6 +740,8 @@ class PriceEntry(BaseModel):
 class PriceCatalogPublished(Event):
     """The operator published a version of the price catalog (``gridledger prices load``):
     every price on the ledger, so that replay prices usage exactly as the sink did."""
+
+    ROLES: ClassVar[Roles] = frozenset()
 
     TOPIC: ClassVar[str] = "prices"
     KEY: ClassVar[str] = "price-catalog"
@@ -696,10 +803,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 """Every event type by name."""
 
-TERMINAL_EVENTS: tuple[type[Event], ...] = (
-    JobSucceeded,
-    JobSucceededWithErrors,
-    JobFailed,
-    JobCancelled,
-    JobRejected,
-)
+
+def with_role(*roles: Role) -> tuple[type[Event], ...]:
+    """The event types that have any of ``roles``, in :data:`EVENT_TYPES` order."""
+    wanted = frozenset(roles)
+    return tuple(cls for cls in EVENT_TYPES.values() if cls.ROLES & wanted)
+
+
+TERMINAL_EVENTS = with_role(Role.TERMINAL)
+"""The events that end a job (:attr:`Role.TERMINAL`)."""

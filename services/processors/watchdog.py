@@ -46,22 +46,18 @@ from schemas.events import (
     AttemptScheduled,
     AttemptUnresponsive,
     ComputeHeld,
-    ComputeReleased,
     ContainerStarted,
     DispatchTimedOut,
     Event,
     FinishingTimedOut,
     ProcessExited,
+    Role,
+    with_role,
 )
 
 PROCESSOR = "watchdog"
 
-ATTEMPT_ENDS: tuple[type[Event], ...] = (
-    ComputeReleased,
-    AttemptLost,
-    DispatchTimedOut,
-    FinishingTimedOut,
-)
+ATTEMPT_ENDS = with_role(Role.ENDS_ATTEMPT)
 """After one of these (a stale DispatchTimedOut aside) there is nothing left to watch."""
 
 

@@ -38,6 +38,8 @@ from schemas.events import (
     NoCapacity,
     NodeEvent,
     RetryScheduled,
+    Role,
+    with_role,
 )
 from schemas.spec import JobSpec
 from schemas.types import Avoidance, CheckpointRef, FitReport
@@ -48,26 +50,12 @@ from services.scheduler.queue import PlacementQueue
 PROCESSOR = "scheduler"
 D = TypeVar("D", bound=Event)
 
-FOLDED: tuple[type[Event], ...] = (
-    NodeEvent,
-    CheckpointStored,
-    JobSubmitted,
-    *TERMINAL_EVENTS,
-    JobQueued,
-    AttemptScheduled,
-    AttemptAccepted,
-    ComputeReleased,
-    AttemptLost,
-    DispatchTimedOut,
-    RetryScheduled,
-    NoCapacity,
-    CancelRequested,
-    FailureClassified,
-)
+FOLDED = with_role(Role.SCHEDULER_INPUT)
 """The events :meth:`SchedulerState.observe` folds; it ignores every other type.
 
-Extend this tuple together with ``observe``: the service skips records of any
-other type by their ``gridledger-type`` header, without decoding them.
+Give a type :attr:`Role.SCHEDULER_INPUT` together with a branch in ``observe``: the
+service skips records of any other type by their ``gridledger-type`` header, without
+decoding them.
 """
 
 FOLDED_TYPE_NAMES: frozenset[str] = frozenset(

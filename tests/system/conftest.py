@@ -31,6 +31,7 @@ import asyncpg
 import pytest
 
 from projections.bounds import Thresholds, terminal_bound_s
+from schemas.events import TERMINAL_EVENTS as TERMINAL_TYPES
 from schemas.spec import JobSpec
 from schemas.views import TERMINAL_STATUSES
 from services.agent.runtime import LABEL_NODE
@@ -60,13 +61,8 @@ TIMINGS: dict[str, Any] = {
 
 AGENT_ENV = {**LOCAL_AGENT_ENV, "GRIDLEDGER_AGENT_STOP_GRACE_S": "2"}
 
-TERMINAL_EVENTS = {
-    "JobSucceeded",
-    "JobSucceededWithErrors",
-    "JobFailed",
-    "JobCancelled",
-    "JobRejected",
-}
+TERMINAL_EVENTS = {cls.__name__ for cls in TERMINAL_TYPES}
+"""The terminal event types by name, as the records read back from the topics give them."""
 
 TERMINAL = set(TERMINAL_STATUSES)
 
