@@ -11,23 +11,24 @@ import click
 from services.ops.logs import setup_logging
 from services.settings import load_settings
 
-CHOICES = ("dispatch", "state", "watchdog", "classifier", "accounting")
 
+def _subset(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str]:
+    if ctx.resilient_parsing:
+        return []  # completing a command line: nothing is run, nothing heavy is imported
+    from services.processors.step import PROCESSORS  # the worker's modules: only to run it
 
-def _subset(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
-    only = [p.strip() for p in value.split(",") if p.strip()]
-    unknown = sorted(set(only) - set(CHOICES))
+    only = [p.strip() for p in value.split(",") if p.strip()] if value else list(PROCESSORS)
+    unknown = sorted(set(only) - set(PROCESSORS))
     if unknown:
-        raise click.BadParameter(f"unknown {unknown}; choose from {', '.join(CHOICES)}")
+        raise click.BadParameter(f"unknown {unknown}; choose from {', '.join(PROCESSORS)}")
     return only
 
 
 @click.command("processors")
 @click.option(
     "--only",
-    default=",".join(CHOICES),
     callback=_subset,
-    help=f"Comma-separated subset of {','.join(CHOICES)} (default: all).",
+    help="Comma-separated subset of dispatch,state,watchdog,classifier,accounting (default: all).",
 )
 @click.option("--app-id", help="Override the faust app id / group.")
 @click.option("--log-level", default="INFO", show_default=True)

@@ -52,7 +52,7 @@ from services.ledger.subscription import Subscription
 from services.ops import metrics
 from services.ops.logs import event_context
 from services.processors import watchdog
-from services.processors.step import Batch, Step
+from services.processors.step import PROCESSORS, Batch, Step
 from services.processors.store import JobStore
 from services.settings import Settings
 from services.transport import kafka_options
@@ -75,10 +75,6 @@ def faust_credentials(settings: Settings) -> faust.types.auth.CredentialsT | Non
     context = options.get("ssl_context")
     return faust.SSLCredentials(context) if context is not None else None
 
-
-PROCESSORS = ("dispatch", "state", "watchdog", "classifier", "accounting")
-"""The processors one worker can run (``--only``); the producers of the events they derive
-are :data:`projections.decisions.DECISION_PRODUCERS`, a different list."""
 
 BATCH_MAX = 1000
 """Records the consumer takes at once; their side effects are awaited together."""

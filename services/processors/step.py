@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol, TypeVar
@@ -79,6 +79,7 @@ class Batch:
 
 
 Handler = Callable[[str, int, Event, Batch], None]
+"""What a processor does with one record of the batch: (job id, offset, event, batch)."""
 
 
 class Step:
@@ -98,7 +99,7 @@ class Step:
         self.consumer_name = consumer_name
         """Named in the dead-letter headers of what this worker parks."""
         self.handlers: list[Handler] = [
-            getattr(self, f"_on_{name}") for name in chosen if hasattr(self, f"_on_{name}")
+            partial(on, self) for name in chosen if (on := PROCESSORS[name]) is not None
         ]
         self._views: dict[str, tuple[float, JobView]] = {}
         """Job -> (read offset, view as of it): each job-event is folded once."""
@@ -270,17 +271,20 @@ class Step:
 
     # ----------------------------------------------------------------------- processors
 
-    def _on_dispatch(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
+    def on_dispatch(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
+        """Route what goes to a node (placements, cancels, supersessions) as node commands."""
         if not isinstance(event, AttemptScheduled | CancelRequested | AttemptSuperseded):
             return  # nothing else goes to a node
         job = self.store.log(job_id)
         for command in dispatch.commands_for(job.prefix(offset), job.events, event, utcnow()):
             batch.sends.append((self._node_commands, getattr(command, "node_id", ""), command))
 
-    def _on_state(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
+    def on_state(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
+        """Mark the job's view to be published as of its latest offset in the batch."""
         batch.views[job_id] = max(offset, batch.views.get(job_id, offset))
 
-    def _on_classifier(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
+    def on_classifier(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
+        """Append what the classifier and the retry decider derive from the event."""
         if not isinstance(event, REACTS_TO):
             return
         job = self.store.log(job_id)
@@ -290,7 +294,8 @@ class Step:
         view = self.view(job_id, at) if at <= offset else None
         self.append_new(job_id, react(job.prefix(offset), event, view=view), batch)
 
-    def _on_accounting(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
+    def on_accounting(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
+        """Mark the job's accounting record to be computed and published."""
         batch.accounts.add(job_id)
 
     def append_new(self, job_id: str, events: list[Event], batch: Batch) -> list[Event]:
@@ -305,3 +310,15 @@ class Step:
             for event in new:
                 log.debug("decided %s", event.type, extra=event_context(event))
         return new
+
+
+PROCESSORS: Mapping[str, Callable[[Step, str, int, Event, Batch], None] | None] = {
+    "dispatch": Step.on_dispatch,
+    "state": Step.on_state,
+    "watchdog": None,  # its timer judges the waits (Processors); records only feed the store
+    "classifier": Step.on_classifier,
+    "accounting": Step.on_accounting,
+}
+"""The processors one worker can run (``--only``), in the order each record is offered to
+them, with what each does with a record. The producers of the events they derive are
+:data:`projections.decisions.DECISION_PRODUCERS`, a different list."""
