@@ -15,10 +15,10 @@ import types
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from services.clock import utcnow
 from services.ledger.topics import delete_topics, ensure_topics
 from services.settings import Settings
 
@@ -122,7 +122,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     samples: dict[str, list[float]] = field(default_factory=dict)
     """Raw latency samples (seconds) for the plot; kept in the JSON."""
-    started_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    started_at: str = field(default_factory=lambda: utcnow().isoformat())
     elapsed_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:

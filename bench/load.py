@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from schemas import codec
 from schemas.events import Event
+from services.clock import utcnow
 from services.ledger import Ledger
 from services.simulator.histories import job_history
 from services.simulator.mix import JobMix
@@ -41,7 +42,7 @@ def histories(count: int, prefix: str = "job", mix: JobMix = BENCH_MIX) -> list[
     """Job histories until at least ``count`` events (each job 15-30 events)."""
     out: list[list[Event]] = []
     total, i = 0, 0
-    end = datetime.now(UTC)
+    end = utcnow()
     while total < count:
         h = job_history(f"{prefix}-{i:07d}", end + timedelta(milliseconds=i), mix)
         out.append(h)

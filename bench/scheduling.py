@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from bench.common import Result, isolated, self_peak_rss_mb, target
@@ -28,6 +28,7 @@ from schemas.events import (
 )
 from schemas.spec import JobSpec
 from schemas.types import GpuDevice
+from services.clock import utcnow
 from services.ledger import Ledger
 from services.scheduler import build_scheduler
 from services.scheduler.core import SchedulerConfig, SchedulerState
@@ -80,7 +81,7 @@ def job_events(jobs: int, at: datetime, prefix: str = "j") -> list[JobSubmitted]
 
 def pure(nodes: int, jobs: int, rounds: int = 20, free: int = 200) -> dict[str, Any]:
     """Placements per second of the pure decision core, first pass and steady state."""
-    t0 = datetime.now(UTC)
+    t0 = utcnow()
     s = SchedulerState(SchedulerConfig(), FitChecker())
     for e in fleet_events(nodes, t0):
         s.observe(e)
@@ -114,7 +115,7 @@ def pure(nodes: int, jobs: int, rounds: int = 20, free: int = 200) -> dict[str, 
 
 async def through_kafka(settings: Settings, nodes: int, jobs: int, free: int) -> dict[str, Any]:
     """Placements per second of the scheduler service, backlog then live, through Kafka."""
-    t0 = datetime.now(UTC)
+    t0 = utcnow()
     async with Ledger(settings, "bench-scheduling") as ledger:
         await ledger.append_many(fleet_events(nodes, t0))
         submitted = job_events(jobs, t0)
@@ -148,7 +149,7 @@ async def through_kafka(settings: Settings, nodes: int, jobs: int, free: int) ->
                     job_id=e.job_id,
                     attempt=1,
                     node_id=e.node_id,
-                    occurred_at=datetime.now(UTC),
+                    occurred_at=utcnow(),
                     reason="exited",
                 )
                 for e in placed[:free]

@@ -31,10 +31,10 @@ import json
 import re
 import secrets
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from services.clock import utcnow
 from services.private_files import write_private
 
 VERSION = 1
@@ -107,7 +107,7 @@ def new_token(tenant: str) -> str:
 
 def entry_for(token: str, tenant: str) -> TokenEntry:
     """A new entry for ``token``: a random id, its sha256, the time now."""
-    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created = utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
     return TokenEntry(f"tk-{secrets.token_hex(6)}", tenant, digest_of(token), created)
 
 

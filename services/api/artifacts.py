@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import asyncpg
 
 from services import s3client
+from services.clock import utcnow
 from services.objectstore import ObjectRef, ObjectStoreError
 from services.settings import Settings
 
@@ -126,6 +127,6 @@ class Signer:
         url = s3client.presign(self._clients.client(tenant), ref, ttl, filename)
         return {
             "url": url,
-            "url_expires_at": (datetime.now(UTC) + timedelta(seconds=ttl)).isoformat(),
+            "url_expires_at": (utcnow() + timedelta(seconds=ttl)).isoformat(),
             **artifact.to_json(self.retention_days(tenant)),
         }

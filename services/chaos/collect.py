@@ -8,13 +8,14 @@ from schemas.events import Event, MeterTick
 from schemas.topics import HISTORY_TOPICS
 from schemas.views import AccountingRecord
 from services.chaos.invariants import LedgerSnapshot
+from services.clock import utcnow
 from services.ledger import Ledger
 from services.settings import Settings
 
 
 async def snapshot(settings: Settings) -> LedgerSnapshot:
     """Every event and the latest accounting record per job, as of now."""
-    read_at = datetime.now(UTC)
+    read_at = utcnow()
     snap = LedgerSnapshot(read_at=read_at)
     async with Ledger(settings, "chaos-collect") as ledger:
         # The history's event ids are the proof that nothing was lost.

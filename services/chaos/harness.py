@@ -28,7 +28,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from services.chaos.netns import Namespace, serve_forward
 from services.chaos.netns import available as netns_available
 from services.chaos.procs import Services
 from services.chaos.workload import DOCKER_MODEL, SIM_MODEL, Planned, Workload, plan
+from services.clock import utcnow
 from services.ledger import Ledger, TopicPartition
 from services.ops.specs import ServiceSpec, settings_env
 from services.settings import Settings
@@ -428,7 +428,7 @@ class Phase:
                         body = await r.json()
                         job_id = body["job_id"]
                         assert self.workload is not None
-                        self.workload.result.acks.jobs.setdefault(job_id, datetime.now(UTC))
+                        self.workload.result.acks.jobs.setdefault(job_id, utcnow())
                         if body.get("event_id"):
                             self.workload.result.acks.event_ids.add(body["event_id"])
                         break
@@ -568,7 +568,7 @@ class Phase:
         self.say(f"[{self.config.name}] fault {name}: {', '.join(parts)}")
         since = time.monotonic()
         restarts_before, caused_before = self.services.restarts(), dict(self.services.caused)
-        result = FaultResult(name, parts, datetime.now(UTC).isoformat(), [])
+        result = FaultResult(name, parts, utcnow().isoformat(), [])
         outcomes = await asyncio.gather(
             *(FAULTS[p].inject(self) for p in parts), return_exceptions=True
         )
@@ -729,7 +729,7 @@ async def run_suite(
     shared: Settings, phases: tuple[PhaseConfig, ...], say: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Run the phases one after the other (each on its own private stack); the report."""
-    started = datetime.now(UTC)
+    started = utcnow()
     began = time.monotonic()
     results = []
     for config in phases:

@@ -8,8 +8,10 @@ every service came back within the recovery timeout.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+
+from services.clock import utcnow
 
 
 def _checks(phase: dict[str, Any]) -> list[dict[str, Any]]:
@@ -79,7 +81,7 @@ def summarize(phases: list[dict[str, Any]], started: datetime, elapsed_s: float)
     return {
         "suite": "gridledger chaos",
         "started_at": started.isoformat(),
-        "finished_at": datetime.now(UTC).isoformat(),
+        "finished_at": utcnow().isoformat(),
         "elapsed_s": round(elapsed_s, 1),
         "totals": totals,
         "phases": phases,

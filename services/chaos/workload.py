@@ -17,12 +17,12 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 
 from services.chaos.invariants import Acks
+from services.clock import utcnow
 
 SIM_MODEL = "SIM-A100"
 DOCKER_MODEL = "CHAOS-DOCKER-GPU"
@@ -174,7 +174,7 @@ class Workload:
 
     def _acknowledged(self, planned: Planned, body: dict[str, Any]) -> None:
         job_id = str(body["job_id"])
-        self.result.acks.jobs.setdefault(job_id, datetime.now(UTC))
+        self.result.acks.jobs.setdefault(job_id, utcnow())
         if body.get("event_id"):
             self.result.acks.event_ids.add(str(body["event_id"]))
         if planned.key:

@@ -6,7 +6,7 @@ import json
 import time
 import urllib.parse
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import click
@@ -29,6 +29,7 @@ from services.cli.options import (
     output_options,
     timeout_option,
 )
+from services.clock import utcnow
 
 
 def explain(job: dict[str, Any]) -> str:
@@ -447,7 +448,7 @@ def status(
 
 def _change_line(job: dict[str, Any], clock: render.Clock) -> str:
     parts = [
-        clock.format(datetime.now(UTC), "%H:%M:%S"),
+        clock.format(utcnow(), "%H:%M:%S"),
         job["job_id"],
         render.status(job["status"]),
         f"attempt {job.get('attempt') or 0}",

@@ -14,6 +14,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
+from services.clock import utcnow
+
 STATUS_COLOURS = {
     "succeeded": "32",
     "succeeded_with_errors": "33",
@@ -121,7 +123,7 @@ class Clock:
     @property
     def zone(self) -> str:
         """The zone's name, for column headers."""
-        return self.local(datetime.now(UTC)).tzname() or "UTC"
+        return self.local(utcnow()).tzname() or "UTC"
 
     def header(self, name: str) -> str:
         """A column header naming the zone, so the cells need not repeat it."""
@@ -216,7 +218,7 @@ def parse_since(text: str, clock: Clock, now: datetime | None = None) -> datetim
     """A point in time from a duration ago (``10m``), a time today (``14:05``) or a date-time
     (``2026-12-01T14:05``, ``2026-12-01 14:05:00+01:00``); times without a zone are in the
     clock's zone (local, or UTC with --utc). Raises ValueError saying what is accepted."""
-    now = now or datetime.now(UTC)
+    now = now or utcnow()
     seconds = parse_duration(text)
     if seconds is not None:
         return now - timedelta(seconds=seconds)

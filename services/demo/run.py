@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from schemas.errors import GridledgerError
 from schemas.views import TERMINAL_STATUSES
 from services.cli import render
 from services.cli.client import ApiClient, base_url, resolve_token
+from services.clock import utcnow
 from services.demo.scenarios import (
     ALL_JOBS,
     DEMO_TENANT,
@@ -86,7 +87,7 @@ class Demo:
         self.result = DemoResult()
         self.api: ApiClient | None = None
         self.tenant_clients: dict[str, ApiClient] = {}
-        self.started_at = datetime.now(UTC) - timedelta(seconds=1)
+        self.started_at = utcnow() - timedelta(seconds=1)
 
     # ------------------------------------------------------------------ services
 

@@ -32,11 +32,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from schemas.errors import StackError
+from services.clock import utcnow
 from services.ops.fleet import RestartPolicy
 from services.ops.specs import ServiceSpec, free_port, settings_env, tail
 from services.settings import Settings
@@ -220,7 +220,7 @@ class Supervisor:
     def _note(self, child: Child, message: str) -> None:
         """Say it in the supervisor's log and in the service's own log file."""
         log.warning("%s: %s", child.name, message)
-        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        stamp = utcnow().isoformat(timespec="seconds")
         with contextlib.suppress(OSError), child.log_path.open("a") as out:
             out.write(f"{stamp} [supervisor] {child.name} {message}\n")
 
@@ -367,7 +367,7 @@ class Supervisor:
             return
         data = {
             "supervisor_pid": os.getpid(),
-            "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "written_at": utcnow().isoformat(timespec="seconds"),
             "services": self.status(),
         }
         self.state_file.parent.mkdir(parents=True, exist_ok=True)

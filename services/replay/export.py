@@ -26,6 +26,7 @@ from schemas import codec
 from schemas.errors import EventDecodeError
 from schemas.events import Event, MeterTick
 from schemas.topics import FOLDED_TOPICS
+from services.clock import utcnow
 from services.ledger.client import Ledger, heard_at, partition_for, skipped
 from services.replay.offline import FORMAT, FORMAT_VERSION, live_decisions
 
@@ -175,4 +176,4 @@ def merge(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
         schemas.update(doc["schemas"])
         jobs += doc["jobs"]
     at = min((datetime.fromisoformat(d["exported_at"]) for d in documents), default=None)
-    return document(jobs, schemas, at or datetime.now(UTC))
+    return document(jobs, schemas, at or utcnow())

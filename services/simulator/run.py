@@ -11,11 +11,11 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from schemas.events import TERMINAL_EVENTS, FailureClassified, JobSubmitted
 from schemas.spec import JobSpec
+from services.clock import utcnow
 from services.ledger import Ledger, TopicPartition
 from services.settings import Settings
 from services.simulator.fleet import SimFleet
@@ -80,7 +80,7 @@ async def simulate(
             submitted = [
                 JobSubmitted(
                     job_id=f"sim-{began:.0f}-{i:06d}",
-                    occurred_at=datetime.now(UTC),
+                    occurred_at=utcnow(),
                     producer="simulator",
                     tenant="sim",
                     submitter="simulator",

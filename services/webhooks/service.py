@@ -35,7 +35,7 @@ import time
 from asyncio import FIRST_COMPLETED
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import aiohttp
@@ -47,6 +47,7 @@ from schemas.errors import GridledgerError
 from schemas.events import Event, JobSubmitted
 from services import secretstore
 from services.backoff import outage_of, wait_event
+from services.clock import utcnow
 from services.ledger import TopicPartition
 from services.ledger.client import Ledger, LedgerRecord
 from services.ops import metrics
@@ -116,7 +117,7 @@ async def post(
     refused = targets.literal_problem(url, settings.webhooks_allow_loopback)
     if refused:
         return failed(f"{refused}: not delivered")
-    now = datetime.now(UTC)
+    now = utcnow()
     headers = {
         "content-type": "application/cloudevents+json",
         "user-agent": USER_AGENT,
@@ -259,7 +260,7 @@ class WebhookService:
             record: LedgerRecord | None = await self.ledger.decode(raw, CONSUMER_NAME)
             if record is not None and isinstance(record.value, Event):
                 events.append(record.value)
-        now = datetime.now(UTC)
+        now = utcnow()
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.executemany(
                 "INSERT INTO webhook_job_tenants (job_id, tenant, event_id) VALUES ($1, $2, $3)"
@@ -380,7 +381,7 @@ class WebhookService:
             if not queued:
                 return
             try:
-                secrets = store.signing_secrets(self.key, sub, datetime.now(UTC))
+                secrets = store.signing_secrets(self.key, sub, utcnow())
             except secretstore.SecretOpenError as exc:
                 await self._disable(self.pool, sid, f"its signing secret does not open ({exc})")
                 return
@@ -400,7 +401,7 @@ class WebhookService:
             return False  # the tenant removed the subscription meanwhile: nothing to settle
 
     async def _settle(self, sid: str, item: asyncpg.Record, attempt: Attempt) -> bool:
-        now = datetime.now(UTC)
+        now = utcnow()
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(
                 "INSERT INTO webhook_deliveries (subscription_id, event_id, event_type, attempt,"

@@ -10,7 +10,6 @@ the operator's secrets key (as tenant secrets are), so without one these routes 
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 
 import asyncpg
 from aiohttp import web
@@ -21,6 +20,7 @@ from services.api import models as m
 from services.api.auth import TENANT_KEY
 from services.api.deps import SETTINGS, problem_response, shown
 from services.api.handlers.secrets import with_key
+from services.clock import utcnow
 from services.secretstore import SecretsKey
 from services.webhooks import store, targets
 
@@ -67,7 +67,7 @@ async def add_webhook(request: web.Request, pool: asyncpg.Pool, key: SecretsKey)
     problem = store.events_problem(body.events)
     if problem:
         return _refused("events", problem, f"choose among {', '.join(store.EVENT_NAMES)}")
-    made = await store.create(pool, key, tenant, body.url, body.events, datetime.now(UTC))
+    made = await store.create(pool, key, tenant, body.url, body.events, utcnow())
     if made is None:
         return _refused(
             "url",
@@ -102,7 +102,7 @@ async def rotate_webhook(request: web.Request, pool: asyncpg.Pool, key: SecretsK
     """POST /v1/webhooks/{id}/rotate: a new secret; the previous one signs too for a while."""
     sid = _own_id(request)
     overlap = request.app[SETTINGS].webhooks_rotation_overlap_s
-    rotated = await store.rotate(pool, key, request[TENANT_KEY], sid, datetime.now(UTC), overlap)
+    rotated = await store.rotate(pool, key, request[TENANT_KEY], sid, utcnow(), overlap)
     if rotated is None:
         raise _not_found(sid)
     secret, until = rotated
