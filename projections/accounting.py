@@ -31,8 +31,15 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
-from projections.evidence import late_verdict
-from projections.history import E, History, first, is_clean_success, is_job_event, unique
+from projections.history import (
+    E,
+    History,
+    first,
+    is_clean_success,
+    is_job_event,
+    late_verdict,
+    unique,
+)
 from projections.job_state import project
 from schemas.events import (
     TERMINAL_EVENTS,
@@ -276,6 +283,75 @@ def _inputs(
     )
 
 
+def _job_ticks(
+    events: Sequence[Event], deduplicated: Sequence[Event], ticks: Iterable[MeterTick]
+) -> tuple[str, list[MeterTick]]:
+    """The job's id and its meter ticks, each once (those passed and those in the history).
+
+    The job is the job-events' (before any, the first tick's): other jobs' ticks never count.
+    """
+    candidates = [
+        t
+        for t in unique([*ticks, *(e for e in deduplicated if isinstance(e, MeterTick))])
+        if isinstance(t, MeterTick)
+    ]
+    job_id = events[0].job_id if events else next((t.job_id for t in candidates), "")
+    return job_id, [t for t in candidates if t.job_id == job_id]
+
+
+def _placed_after_end(events: Sequence[Event]) -> set[int]:
+    """The attempts placed after the job's terminal event (a cancel raced the placement)."""
+    ended = next((i for i, e in enumerate(events) if isinstance(e, TERMINAL_EVENTS)), None)
+    if ended is None:
+        return set()
+    return {e.attempt for e in events[ended + 1 :] if isinstance(e, AttemptScheduled)}
+
+
+def _attempts(
+    events: Sequence[Event],
+    all_ticks: Sequence[MeterTick],
+    terminal: bool,
+    as_of: datetime | None,
+    policy: AccountingPolicy,
+    memo: AttemptMemo | None,
+) -> tuple[list[AttemptAccounting], int, int, int]:
+    """Every attempt's accounting, with the held, billable and credited microseconds of all
+    of them (see :func:`account`; ``memo`` as there)."""
+    numbers = sorted(
+        {e.attempt for e in events if isinstance(e, AttemptScheduled | ComputeHeld)}
+        | {t.attempt for t in all_ticks}
+    )
+    # Every query of _attempt looks at one attempt's events (and the spec of the first
+    # JobSubmitted), so each attempt gets only those: one pass over the history instead
+    # of a dozen per attempt, and the same answers.
+    by_attempt: dict[int, list[Event]] = {}
+    for e in events:
+        by_attempt.setdefault(e.attempt, []).append(e)
+    ticks_of: dict[int, list[MeterTick]] = {}
+    for t in all_ticks:
+        ticks_of.setdefault(t.attempt, []).append(t)
+    submitted = first(events, JobSubmitted)
+    placed_after_end = _placed_after_end(events)
+    attempts: list[AttemptAccounting] = []
+    held_us = billable_us = credited_us = 0
+    for n in numbers:
+        own = by_attempt.get(n, [])
+        scope = History(own if submitted is None or submitted.attempt == n else [submitted, *own])
+        after_end = n in placed_after_end
+        own_ticks = ticks_of.get(n, [])
+        key = _inputs(scope, own_ticks, n, terminal, as_of, policy, after_end)
+        known = memo.get(n) if memo is not None else None
+        if known is not None and known[0] == key:
+            record, h, b, c = known[1]
+        else:
+            record, h, b, c = _attempt(scope, own_ticks, n, terminal, as_of, policy, after_end)
+            if memo is not None:
+                memo[n] = (key, (record, h, b, c))
+        attempts.append(record)
+        held_us, billable_us, credited_us = held_us + h, billable_us + b, credited_us + c
+    return attempts, held_us, billable_us, credited_us
+
+
 def account(
     history: Iterable[Event],
     ticks: Iterable[MeterTick] = (),
@@ -308,14 +384,7 @@ def account(
     """
     deduplicated = unique(history)
     events = [e for e in deduplicated if is_job_event(e)]
-    candidates = [
-        t
-        for t in unique([*ticks, *(e for e in deduplicated if isinstance(e, MeterTick))])
-        if isinstance(t, MeterTick)
-    ]
-    # The job is the job-events' (before any, the first tick's): other jobs' ticks never count.
-    job_id = events[0].job_id if events else next((t.job_id for t in candidates), "")
-    all_ticks = [t for t in candidates if t.job_id == job_id]
+    job_id, all_ticks = _job_ticks(events, deduplicated, ticks)
     if not events:
         view = None
     elif view is None:
@@ -323,44 +392,10 @@ def account(
     status = view.status if view else "submitted"
     terminal = status in TERMINAL_STATUSES
     as_of = _as_of([*events, *all_ticks])
-    numbers = sorted(
-        {e.attempt for e in events if isinstance(e, AttemptScheduled | ComputeHeld)}
-        | {t.attempt for t in all_ticks}
+    attempts, held_us, billable_us, credited_us = _attempts(
+        events, all_ticks, terminal, as_of, policy, memo
     )
-    # Every query of _attempt looks at one attempt's events (and the spec of the first
-    # JobSubmitted), so each attempt gets only those: one pass over the history instead
-    # of a dozen per attempt, and the same answers.
-    by_attempt: dict[int, list[Event]] = {}
-    for e in events:
-        by_attempt.setdefault(e.attempt, []).append(e)
-    ticks_of: dict[int, list[MeterTick]] = {}
-    for t in all_ticks:
-        ticks_of.setdefault(t.attempt, []).append(t)
-    submitted = first(events, JobSubmitted)
-    ended = next((i for i, e in enumerate(events) if isinstance(e, TERMINAL_EVENTS)), None)
-    placed_after_end = {
-        e.attempt
-        for e in (events[ended + 1 :] if ended is not None else [])
-        if isinstance(e, AttemptScheduled)
-    }
-    attempts: list[AttemptAccounting] = []
-    held_us = gpu_us = billable_us = credited_us = 0
-    for n in numbers:
-        own = by_attempt.get(n, [])
-        scope = History(own if submitted is None or submitted.attempt == n else [submitted, *own])
-        after_end = n in placed_after_end
-        own_ticks = ticks_of.get(n, [])
-        key = _inputs(scope, own_ticks, n, terminal, as_of, policy, after_end)
-        known = memo.get(n) if memo is not None else None
-        if known is not None and known[0] == key:
-            record, h, b, c = known[1]
-        else:
-            record, h, b, c = _attempt(scope, own_ticks, n, terminal, as_of, policy, after_end)
-            if memo is not None:
-                memo[n] = (key, (record, h, b, c))
-        attempts.append(record)
-        held_us, billable_us, credited_us = held_us + h, billable_us + b, credited_us + c
-        gpu_us += b + c
+    gpu_us = billable_us + credited_us
     return AccountingRecord(
         job_id=job_id,
         tenant=view.tenant if view else "",

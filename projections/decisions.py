@@ -14,9 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from projections.evidence import ENDING_EVENTS, attempt_ended, late_verdict, trigger_for
 from projections.failures import Classification, classify, classify_refusal
-from projections.history import first, is_clean_success, is_job_event, of_type, unique
+from projections.history import (
+    ENDING_EVENTS,
+    attempt_ended,
+    first,
+    is_clean_success,
+    is_job_event,
+    late_verdict,
+    of_type,
+    trigger_for,
+    unique,
+)
 from projections.job_state import evolve, project
 from projections.retry import DEFAULT_POLICY, RetryDecision, RetryPolicy, decide
 from schemas.events import (

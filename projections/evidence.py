@@ -8,22 +8,12 @@ The rules in :mod:`projections.failures` only look at ``Facts``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from projections.history import (
-    failed_stores,
-    first,
-    is_clean_success,
-    last,
-    missing_required_outputs,
-    refused_outputs,
-    spec_of,
-    unique,
-)
+from projections.history import History
 from schemas.events import (
-    AttemptAccepted,
     AttemptCancelled,
     AttemptLost,
     AttemptScheduled,
@@ -41,12 +31,8 @@ from schemas.events import (
     NoCapacity,
     ProcessExited,
     ReleaseReason,
-    Role,
-    with_role,
 )
-
-ENDING_EVENTS = with_role(Role.TRIGGER)
-"""Events after which an unsuccessful attempt is classified (the classifier's triggers)."""
+from schemas.spec import JobSpec
 
 SIGNAL_NAMES = {
     1: "SIGHUP",
@@ -115,21 +101,21 @@ def when(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else ""
 
 
-def _phase(history: Sequence[Event], attempt: int, trigger: Event | None) -> str:
-    exited = last(history, ProcessExited, attempt)
-    released = last(history, ComputeReleased, attempt)
+def _phase(history: History, attempt: int, trigger: Event | None) -> str:
+    exited = history.last(ProcessExited, attempt)
+    released = history.last(ComputeReleased, attempt)
     if isinstance(trigger, JobRejected):
         return "submit"
     # A cancel decides the class unless the process had already ended on its own (then its
     # exit says what happened) or the attempt finished cleanly.
-    cancel = first(history, CancelRequested)
-    stopped = first(history, AttemptCancelled, attempt) is not None or (
+    cancel = history.first(CancelRequested)
+    stopped = history.first(AttemptCancelled, attempt) is not None or (
         released is not None and released.reason == "cancelled"
     )
     requested_first = cancel is not None and (
         exited is None or history.index(cancel) < history.index(exited)
     )
-    if (stopped or requested_first) and not is_clean_success(history, attempt):
+    if (stopped or requested_first) and not history.is_clean_success(attempt):
         return "cancel"
     if released is not None and released.reason == "agent_shutdown":
         return "node"  # the agent stopped the container: its exit code says nothing of the job
@@ -143,9 +129,9 @@ def _phase(history: Sequence[Event], attempt: int, trigger: Event | None) -> str
         return "node"
     if exited is not None:  # exit 0: only the outputs can have failed
         return "finishing" if isinstance(trigger, FinishingTimedOut) else "outputs"
-    if first(history, ContainerStartFailed, attempt) is not None:
+    if history.first(ContainerStartFailed, attempt) is not None:
         return "start"
-    if first(history, ImageUnavailable, attempt) is not None:
+    if history.first(ImageUnavailable, attempt) is not None:
         return "image"
     if isinstance(trigger, FinishingTimedOut):
         return "finishing"
@@ -156,169 +142,169 @@ def _phase(history: Sequence[Event], attempt: int, trigger: Event | None) -> str
     return "unknown"
 
 
-def endings(history: Sequence[Event], attempt: int) -> Iterator[Event]:
-    """The events that end ``attempt``, in log order, without the stale ones.
+class _Values(dict[str, str]):
+    """The values a classification's summary and advice quote, by name."""
 
-    A DispatchTimedOut after the node accepted the attempt, or a NoCapacity after
-    the attempt was placed, is a stale watchdog/scheduler fact (written by one that
-    had not read the acceptance or placement yet) and ends nothing: the attempt runs
-    on, so the watchdog keeps watching it and a cancel must still reach its node.
-    """
-    accepted = placed = False
-    for e in unique(history):
-        if e.attempt != attempt:
-            continue
-        if isinstance(e, AttemptAccepted | ComputeHeld):
-            accepted = True
-        elif isinstance(e, AttemptScheduled):
-            placed = True
-        elif isinstance(e, DispatchTimedOut) and accepted or isinstance(e, NoCapacity) and placed:
-            continue
-        if isinstance(e, ENDING_EVENTS):
-            yield e
+    def put(self, key: str, value: object) -> None:
+        """Set ``key`` to ``value`` as text; nothing for None or ""."""
+        if value is not None and value != "":
+            self[key] = str(value)
 
 
-def trigger_for(history: Sequence[Event], attempt: int) -> Event | None:
-    """The event that ended ``attempt`` and on which the classifier acts, or None.
-
-    The first of :func:`endings` counts; later ones (a late ComputeReleased from a
-    node already declared lost) change nothing.
-    """
-    return next(endings(history, attempt), None)
-
-
-def late_verdict(history: Sequence[Event], attempt: int) -> Event | None:
-    """The watchdog's verdict (AttemptLost or FinishingTimedOut) that ended ``attempt``
-    before its node released it, or None. Facts the node sends after it are late facts."""
-    verdict = trigger_for(history, attempt)
-    return verdict if isinstance(verdict, AttemptLost | FinishingTimedOut) else None
+def _spec_values(v: _Values, spec: JobSpec) -> None:
+    v.put("image", spec.image)
+    v.put("command", " ".join(spec.command))
+    v.put("command0", spec.command[0] if spec.command else "")
+    v.put("memory_gb", number(spec.resources.memory_gb))
+    v.put("memory", gib(int(spec.resources.memory_gb * 1024**3)))
+    v.put("gpus", spec.resources.gpus)
+    v.put("gpu_models", ", ".join(spec.resources.gpu_models))
+    v.put("max_runtime_s", spec.limits.max_runtime_s)
+    v.put("max_runtime", duration(spec.limits.max_runtime_s))
+    v.put("queue_timeout", duration(spec.limits.queue_timeout_s))
 
 
-def attempt_ended(history: Sequence[Event], attempt: int, by: tuple[type[Event], ...]) -> bool:
-    """True once one of :func:`endings` of ``attempt`` is of a type in ``by``."""
-    return any(isinstance(e, by) for e in endings(history, attempt))
+def _placement_values(v: _Values, events: History, attempt: int) -> None:
+    scheduled = events.first(AttemptScheduled, attempt)
+    held = events.first(ComputeHeld, attempt)
+    if scheduled is not None:
+        v.put("node", scheduled.node_id)
+        v.put("provider", scheduled.provider)
+        v.put("gpu_count", scheduled.gpu_count)
+        v.put("gpu_model", scheduled.gpu_model)
+    if held is not None:
+        v.put("node", held.node_id)
+        v.put("gpu_count", held.gpu_count)
+        v.put("gpu_model", held.gpu_model)
+
+
+def _signal(exited: ProcessExited | None) -> int | None:
+    """The signal that ended the process: its own, or the one a shell's exit code > 128
+    says."""
+    if exited is None:
+        return None
+    if exited.signal is None and exited.exit_code > 128:
+        return exited.exit_code - 128
+    return exited.signal
+
+
+def _process_values(
+    v: _Values,
+    exited: ProcessExited | None,
+    start_failed: ContainerStartFailed | None,
+    image: ImageUnavailable | None,
+) -> list[str]:
+    """Put what the process's end, a failed start and a missing image say; returns the
+    log lines they carry."""
+    lines: list[str] = []
+    signal = _signal(exited)
+    if exited is not None:
+        lines += exited.last_log_lines
+        v.put("exit_code", exited.exit_code)
+        v.put("runtime", duration(exited.runtime_s))
+        if exited.memory_limit_bytes:
+            v.put("memory_limit", gib(exited.memory_limit_bytes))
+    if signal is not None:
+        v.put("signal", signal)
+        v.put("signal_name", SIGNAL_NAMES.get(signal, f"signal {signal}"))
+    if start_failed is not None:
+        lines += start_failed.message.splitlines()
+        v.put("error_kind", start_failed.error_kind)
+        v.put("message", start_failed.message.strip())
+    if image is not None:
+        v.put("image", image.image)
+        v.put("message", image.message.strip())
+    non_empty = [line for line in lines if line.strip()]
+    if non_empty:
+        v.put("last_line", non_empty[-1].strip())
+    return lines
+
+
+def _output_values(v: _Values, events: History, attempt: int) -> None:
+    missing = events.missing_required_outputs(attempt)
+    v.put("missing_outputs", ", ".join(f"'{p}'" for p in missing))
+    stores = events.failed_stores(attempt)
+    v.put("failed_outputs", ", ".join(f"'{e.path}'" for e in stores))
+    v.put("store_message", "; ".join(e.message for e in stores if e.message))
+    for key, required in (("refused_outputs", True), ("refused_optional", False)):
+        refused = events.refused_outputs(attempt, required)
+        v.put(key, ", ".join(f"'{e.path}' ({e.reason})" for e in refused))
+        v.put(f"{key}_why", "; ".join(e.message for e in refused if e.message))
+
+
+def _cancel_values(v: _Values, events: History, attempt: int) -> None:
+    cancel = events.first(CancelRequested)
+    if cancel is not None:
+        v.put("requested_by", cancel.requested_by)
+        v.put("cancel_reason", cancel.reason)
+        v.put("cancelled_at", when(cancel.occurred_at))
+    if events.first(AttemptCancelled, attempt) is not None:
+        v.put("container_stopped", "yes")
+
+
+def _unplaced_values(v: _Values, events: History, attempt: int, trigger: NoCapacity) -> None:
+    v.put("detail", trigger.detail)
+    v.put("queued_since", when(trigger.queued_since))
+    v.put("queue_deadline", when(trigger.queue_deadline))
+    if attempt > 1:  # a retry that was not placed: say what it was retrying
+        previous = events.first(FailureClassified, attempt - 1)
+        before = events.first(AttemptScheduled, attempt - 1)
+        v.put("attempt", attempt)
+        v.put("previous_attempt", attempt - 1)
+        v.put("previous_class", previous.failure_class if previous else "a failure")
+        v.put("previous_node", before.node_id if before else "")
+        v.put("previous_provider", before.provider if before else "")
+        if events.first(CheckpointStored) is not None:
+            v.put("checkpoint_job", trigger.job_id)
+
+
+def _trigger_values(v: _Values, events: History, attempt: int, trigger: Event | None) -> None:
+    if isinstance(trigger, AttemptLost):
+        v.put("last_heartbeat", when(trigger.last_heartbeat_at))
+        v.put("deadline", when(trigger.deadline or trigger.occurred_at))
+    if isinstance(trigger, DispatchTimedOut | FinishingTimedOut):
+        v.put("deadline", when(trigger.deadline))
+        v.put("node", trigger.node_id)
+    if isinstance(trigger, NoCapacity):
+        _unplaced_values(v, events, attempt, trigger)
+    if isinstance(trigger, JobRejected):
+        v.put("rejection_summary", trigger.summary)
+        v.put("rejection_advice", trigger.advice)
 
 
 def gather(history: Sequence[Event], attempt: int, at: Event | None = None) -> Facts:
     """Collect the facts about ``attempt`` (0 for the queue before the first attempt).
 
-    Only the history up to the attempt's trigger (:func:`trigger_for`) is read, so
-    re-classifying a finished job gives the answer the live classifier gave.
+    Only the history up to the attempt's trigger (:meth:`History.trigger_for`) is read,
+    so re-classifying a finished job gives the answer the live classifier gave.
     """
-    events = unique(history)
+    events = History.of(history)
     # ``at``: judge the attempt on a later ending instead (its late release, when the
     # watchdog's verdict was wrong and its real facts arrived).
-    trigger = at if at is not None else trigger_for(events, attempt)
+    trigger = at if at is not None else events.trigger_for(attempt)
     if trigger is not None:
         events = events[: events.index(trigger) + 1]
-    spec = spec_of(events)
-    v: dict[str, str] = {}
-
-    def put(key: str, value: object) -> None:
-        if value is not None and value != "":
-            v[key] = str(value)
-
+    spec = events.spec
+    v = _Values()
     if spec is not None:
-        put("image", spec.image)
-        put("command", " ".join(spec.command))
-        put("command0", spec.command[0] if spec.command else "")
-        put("memory_gb", number(spec.resources.memory_gb))
-        put("memory", gib(int(spec.resources.memory_gb * 1024**3)))
-        put("gpus", spec.resources.gpus)
-        put("gpu_models", ", ".join(spec.resources.gpu_models))
-        put("max_runtime_s", spec.limits.max_runtime_s)
-        put("max_runtime", duration(spec.limits.max_runtime_s))
-        put("queue_timeout", duration(spec.limits.queue_timeout_s))
-    scheduled = first(events, AttemptScheduled, attempt)
-    held = first(events, ComputeHeld, attempt)
-    if scheduled is not None:
-        put("node", scheduled.node_id)
-        put("provider", scheduled.provider)
-        put("gpu_count", scheduled.gpu_count)
-        put("gpu_model", scheduled.gpu_model)
-    if held is not None:
-        put("node", held.node_id)
-        put("gpu_count", held.gpu_count)
-        put("gpu_model", held.gpu_model)
-
-    lines: list[str] = []
-    exited = last(events, ProcessExited, attempt)
-    signal: int | None = None
-    if exited is not None:
-        lines += exited.last_log_lines
-        signal = exited.signal
-        if signal is None and exited.exit_code > 128:
-            signal = exited.exit_code - 128
-        put("exit_code", exited.exit_code)
-        put("runtime", duration(exited.runtime_s))
-        if exited.memory_limit_bytes:
-            put("memory_limit", gib(exited.memory_limit_bytes))
-    if signal is not None:
-        put("signal", signal)
-        put("signal_name", SIGNAL_NAMES.get(signal, f"signal {signal}"))
-    start_failed = last(events, ContainerStartFailed, attempt)
-    if start_failed is not None:
-        lines += start_failed.message.splitlines()
-        put("error_kind", start_failed.error_kind)
-        put("message", start_failed.message.strip())
-    image = last(events, ImageUnavailable, attempt)
-    if image is not None:
-        put("image", image.image)
-        put("message", image.message.strip())
-    non_empty = [line for line in lines if line.strip()]
-    if non_empty:
-        put("last_line", non_empty[-1].strip())
-
-    missing = missing_required_outputs(events, attempt)
-    put("missing_outputs", ", ".join(f"'{p}'" for p in missing))
-    stores = failed_stores(events, attempt)
-    put("failed_outputs", ", ".join(f"'{e.path}'" for e in stores))
-    put("store_message", "; ".join(e.message for e in stores if e.message))
-    for key, required in (("refused_outputs", True), ("refused_optional", False)):
-        refused = refused_outputs(events, attempt, required)
-        put(key, ", ".join(f"'{e.path}' ({e.reason})" for e in refused))
-        put(f"{key}_why", "; ".join(e.message for e in refused if e.message))
-
-    cancel = first(events, CancelRequested)
-    if cancel is not None:
-        put("requested_by", cancel.requested_by)
-        put("cancel_reason", cancel.reason)
-        put("cancelled_at", when(cancel.occurred_at))
-    if first(events, AttemptCancelled, attempt) is not None:
-        put("container_stopped", "yes")
-    if isinstance(trigger, AttemptLost):
-        put("last_heartbeat", when(trigger.last_heartbeat_at))
-        put("deadline", when(trigger.deadline or trigger.occurred_at))
-    if isinstance(trigger, DispatchTimedOut | FinishingTimedOut):
-        put("deadline", when(trigger.deadline))
-        put("node", trigger.node_id)
-    if isinstance(trigger, NoCapacity):
-        put("detail", trigger.detail)
-        put("queued_since", when(trigger.queued_since))
-        put("queue_deadline", when(trigger.queue_deadline))
-        if attempt > 1:  # a retry that was not placed: say what it was retrying
-            previous = first(events, FailureClassified, attempt - 1)
-            before = first(events, AttemptScheduled, attempt - 1)
-            put("attempt", attempt)
-            put("previous_attempt", attempt - 1)
-            put("previous_class", previous.failure_class if previous else "a failure")
-            put("previous_node", before.node_id if before else "")
-            put("previous_provider", before.provider if before else "")
-            if first(events, CheckpointStored) is not None:
-                put("checkpoint_job", trigger.job_id)
+        _spec_values(v, spec)
+    _placement_values(v, events, attempt)
+    exited = events.last(ProcessExited, attempt)
+    start_failed = events.last(ContainerStartFailed, attempt)
+    image = events.last(ImageUnavailable, attempt)
+    lines = _process_values(v, exited, start_failed, image)
+    _output_values(v, events, attempt)
+    _cancel_values(v, events, attempt)
+    _trigger_values(v, events, attempt, trigger)
     rejected = trigger if isinstance(trigger, JobRejected) else None
-    if rejected is not None:
-        put("rejection_summary", rejected.summary)
-        put("rejection_advice", rejected.advice)
-
-    released = last(events, ComputeReleased, attempt)
+    released = events.last(ComputeReleased, attempt)
     return Facts(
         attempt=attempt,
         phase=_phase(events, attempt, trigger),
         trigger=trigger.type if trigger else "",
         occurred_at=trigger.occurred_at if trigger else None,
         exit_code=exited.exit_code if exited else None,
-        signal=signal,
+        signal=_signal(exited),
         oom_killed=exited.oom_killed if exited else None,
         runtime_exceeded=bool(exited and exited.runtime_exceeded)
         or bool(released and released.reason == "runtime_exceeded"),
@@ -328,5 +314,5 @@ def gather(history: Sequence[Event], attempt: int, at: Event | None = None) -> F
         rejected_as=rejected.failure_class if rejected else "",
         gpus_requested=spec.resources.gpus if spec else 0,
         log_lines=tuple(lines),
-        values=v,
+        values=dict(v),
     )

@@ -19,17 +19,29 @@ from typing import TypeVar, overload
 
 from schemas.events import (
     EVENT_TYPES,
+    AttemptAccepted,
     AttemptCancelled,
+    AttemptLost,
+    AttemptScheduled,
+    ComputeHeld,
     ComputeReleased,
+    DispatchTimedOut,
     Event,
+    FinishingTimedOut,
     JobSubmitted,
+    NoCapacity,
     OutputFailed,
     OutputStored,
     ProcessExited,
+    Role,
+    with_role,
 )
 from schemas.spec import JobSpec
 
 E = TypeVar("E", bound=Event)
+
+ENDING_EVENTS = with_role(Role.TRIGGER)
+"""Events after which an unsuccessful attempt is classified (the classifier's triggers)."""
 
 STREAM_EVENTS: tuple[type[Event], ...] = tuple(
     cls for cls in EVENT_TYPES.values() if cls.TOPIC != Event.TOPIC
@@ -143,10 +155,135 @@ class History(Sequence[Event]):
             self._found[key] = found
         return found  # type: ignore[return-value]
 
+    # ----------------------------------------------------------------------- queries
+
+    def first(self, cls: type[E], attempt: int | None = None) -> E | None:
+        """The first event of ``cls`` (of ``attempt``), or None."""
+        found = self.of_type(cls, attempt)
+        return found[0] if found else None
+
+    def last(self, cls: type[E], attempt: int | None = None) -> E | None:
+        """The last event of ``cls`` (of ``attempt``), or None."""
+        found = self.of_type(cls, attempt)
+        return found[-1] if found else None
+
+    @property
+    def spec(self) -> JobSpec | None:
+        """The submitted spec, or None when JobSubmitted is not in the history."""
+        submitted = self.first(JobSubmitted)
+        return submitted.spec if submitted else None
+
+    def missing_required_outputs(self, attempt: int) -> list[str]:
+        """Required outputs of the spec the attempt did not store (nor report refused or
+        failed).
+
+        An output the agent never reported at all counts as missing: "all required
+        outputs stored" is what a clean success means, not "no failure reported".
+        """
+        spec = self.spec
+        failures = self.of_type(OutputFailed, attempt)
+        stored = {e.path for e in self.of_type(OutputStored, attempt)}
+        reported = {e.path for e in failures if e.reason != "missing"}
+        missing = [
+            o.path
+            for o in (spec.outputs if spec else [])
+            if o.required and o.path not in stored and o.path not in reported
+        ]
+        # An OutputFailed(missing) for a path the spec does not know still counts if marked
+        # required.
+        for e in failures:
+            if (
+                e.reason == "missing"
+                and e.required
+                and e.path not in missing
+                and e.path not in stored
+            ):
+                missing.append(e.path)
+        return missing
+
+    def failed_stores(self, attempt: int) -> list[OutputFailed]:
+        """Outputs the attempt produced but could not store (the artifact store failed)."""
+        return [e for e in self.of_type(OutputFailed, attempt) if e.reason == "store_failed"]
+
+    def refused_outputs(self, attempt: int, required: bool) -> list[OutputFailed]:
+        """Outputs and checkpoints of the attempt not stored because of what the job wrote
+        or declared (a link, a special file, a folder, a size cap: every reason but
+        ``missing`` and ``store_failed``), the required ones or the optional ones."""
+        return [
+            e
+            for e in self.of_type(OutputFailed, attempt)
+            if e.reason not in ("missing", "store_failed") and e.required == required
+        ]
+
+    def is_clean_success(self, attempt: int) -> bool:
+        """The attempt's process exited 0, it was not stopped by gridledger, and every
+        required output is stored: what JobSucceeded means."""
+        exited = self.last(ProcessExited, attempt)
+        released = self.last(ComputeReleased, attempt)
+        return (
+            exited is not None
+            and exited.exit_code == 0
+            and not exited.oom_killed
+            and not exited.runtime_exceeded
+            # A process that handles SIGTERM exits 0: stopped by a cancel is not a success.
+            and (released is None or released.reason not in ("cancelled", "agent_shutdown"))
+            and self.first(AttemptCancelled, attempt) is None
+            and not self.missing_required_outputs(attempt)
+            and not self.failed_stores(attempt)
+            and not self.refused_outputs(attempt, required=True)
+            and not self.refused_outputs(attempt, required=False)
+        )
+
+    def endings(self, attempt: int) -> Iterator[Event]:
+        """The events that end ``attempt``, in log order, without the stale ones.
+
+        A DispatchTimedOut after the node accepted the attempt, or a NoCapacity after
+        the attempt was placed, is a stale watchdog/scheduler fact (written by one that
+        had not read the acceptance or placement yet) and ends nothing: the attempt runs
+        on, so the watchdog keeps watching it and a cancel must still reach its node.
+        """
+        accepted = placed = False
+        for e in self._events:
+            if e.attempt != attempt:
+                continue
+            if isinstance(e, AttemptAccepted | ComputeHeld):
+                accepted = True
+            elif isinstance(e, AttemptScheduled):
+                placed = True
+            elif (
+                isinstance(e, DispatchTimedOut) and accepted or isinstance(e, NoCapacity) and placed
+            ):
+                continue
+            if isinstance(e, ENDING_EVENTS):
+                yield e
+
+    def trigger_for(self, attempt: int) -> Event | None:
+        """The event that ended ``attempt`` and on which the classifier acts, or None.
+
+        The first of :meth:`endings` counts; later ones (a late ComputeReleased from a
+        node already declared lost) change nothing.
+        """
+        return next(self.endings(attempt), None)
+
+    def late_verdict(self, attempt: int) -> Event | None:
+        """The watchdog's verdict (AttemptLost or FinishingTimedOut) that ended ``attempt``
+        before its node released it, or None. Facts the node sends after it are late
+        facts."""
+        verdict = self.trigger_for(attempt)
+        return verdict if isinstance(verdict, AttemptLost | FinishingTimedOut) else None
+
+    def attempt_ended(self, attempt: int, by: tuple[type[Event], ...]) -> bool:
+        """True once one of :meth:`endings` of ``attempt`` is of a type in ``by``."""
+        return any(isinstance(e, by) for e in self.endings(attempt))
+
 
 def unique(events: Iterable[Event]) -> Sequence[Event]:
     """The events in order with every repeated ``event_id`` after the first dropped."""
     return History.of(events)
+
+
+# The queries of a plain sequence of events: each wraps it in a History once (nothing when
+# it is one) and asks the History.
 
 
 def of_type(history: Iterable[Event], cls: type[E], attempt: int | None = None) -> list[E]:
@@ -155,76 +292,40 @@ def of_type(history: Iterable[Event], cls: type[E], attempt: int | None = None) 
 
 
 def first(history: Iterable[Event], cls: type[E], attempt: int | None = None) -> E | None:
-    """The first event of ``cls`` (of ``attempt``), or None."""
-    found = of_type(history, cls, attempt)
-    return found[0] if found else None
+    """:meth:`History.first`."""
+    return History.of(history).first(cls, attempt)
 
 
 def last(history: Iterable[Event], cls: type[E], attempt: int | None = None) -> E | None:
-    """The last event of ``cls`` (of ``attempt``), or None."""
-    found = of_type(history, cls, attempt)
-    return found[-1] if found else None
+    """:meth:`History.last`."""
+    return History.of(history).last(cls, attempt)
 
 
-def spec_of(history: Sequence[Event]) -> JobSpec | None:
-    """The submitted spec, or None when JobSubmitted is not in the history."""
-    submitted = first(history, JobSubmitted)
-    return submitted.spec if submitted else None
+def spec_of(history: Iterable[Event]) -> JobSpec | None:
+    """:attr:`History.spec`."""
+    return History.of(history).spec
 
 
-def missing_required_outputs(history: Sequence[Event], attempt: int) -> list[str]:
-    """Required outputs of the spec the attempt did not store (nor report refused or failed).
-
-    An output the agent never reported at all counts as missing: "all required
-    outputs stored" is what a clean success means, not "no failure reported".
-    """
-    spec = spec_of(history)
-    failures = of_type(history, OutputFailed, attempt)
-    stored = {e.path for e in of_type(history, OutputStored, attempt)}
-    reported = {e.path for e in failures if e.reason != "missing"}
-    missing = [
-        o.path
-        for o in (spec.outputs if spec else [])
-        if o.required and o.path not in stored and o.path not in reported
-    ]
-    # An OutputFailed(missing) for a path the spec does not know still counts if marked required.
-    for e in failures:
-        if e.reason == "missing" and e.required and e.path not in missing and e.path not in stored:
-            missing.append(e.path)
-    return missing
+def missing_required_outputs(history: Iterable[Event], attempt: int) -> list[str]:
+    """:meth:`History.missing_required_outputs`."""
+    return History.of(history).missing_required_outputs(attempt)
 
 
-def failed_stores(history: Sequence[Event], attempt: int) -> list[OutputFailed]:
-    """Outputs the attempt produced but could not store (the artifact store failed)."""
-    return [e for e in of_type(history, OutputFailed, attempt) if e.reason == "store_failed"]
+def is_clean_success(history: Iterable[Event], attempt: int) -> bool:
+    """:meth:`History.is_clean_success`."""
+    return History.of(history).is_clean_success(attempt)
 
 
-def refused_outputs(history: Sequence[Event], attempt: int, required: bool) -> list[OutputFailed]:
-    """Outputs and checkpoints of the attempt not stored because of what the job wrote or
-    declared (a link, a special file, a folder, a size cap: every reason but ``missing`` and
-    ``store_failed``), the required ones or the optional ones."""
-    return [
-        e
-        for e in of_type(history, OutputFailed, attempt)
-        if e.reason not in ("missing", "store_failed") and e.required == required
-    ]
+def trigger_for(history: Iterable[Event], attempt: int) -> Event | None:
+    """:meth:`History.trigger_for`."""
+    return History.of(history).trigger_for(attempt)
 
 
-def is_clean_success(history: Sequence[Event], attempt: int) -> bool:
-    """The attempt's process exited 0, it was not stopped by gridledger, and every
-    required output is stored: what JobSucceeded means."""
-    exited = last(history, ProcessExited, attempt)
-    released = last(history, ComputeReleased, attempt)
-    return (
-        exited is not None
-        and exited.exit_code == 0
-        and not exited.oom_killed
-        and not exited.runtime_exceeded
-        # A process that handles SIGTERM exits 0: stopped by a cancel is still not a success.
-        and (released is None or released.reason not in ("cancelled", "agent_shutdown"))
-        and first(history, AttemptCancelled, attempt) is None
-        and not missing_required_outputs(history, attempt)
-        and not failed_stores(history, attempt)
-        and not refused_outputs(history, attempt, required=True)
-        and not refused_outputs(history, attempt, required=False)
-    )
+def late_verdict(history: Iterable[Event], attempt: int) -> Event | None:
+    """:meth:`History.late_verdict`."""
+    return History.of(history).late_verdict(attempt)
+
+
+def attempt_ended(history: Iterable[Event], attempt: int, by: tuple[type[Event], ...]) -> bool:
+    """:meth:`History.attempt_ended`."""
+    return History.of(history).attempt_ended(attempt, by)

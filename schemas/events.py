@@ -79,7 +79,7 @@ class Role(StrEnum):
     (``services.processors.watchdog.ATTEMPT_ENDS``)."""
     TRIGGER = "trigger"
     """An unsuccessful attempt (or an unplaced job) is classified after it: the
-    classifier's triggers (``projections.evidence.ENDING_EVENTS``)."""
+    classifier's triggers (``projections.history.ENDING_EVENTS``)."""
     DECIDER_INPUT = "decider_input"
     """The retry decider decides on it; with the triggers, what ``react`` answers
     (``projections.decisions.REACTS_TO``)."""

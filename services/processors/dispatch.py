@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from projections.evidence import attempt_ended
-from projections.history import unique
+from projections.history import attempt_ended, unique
 from schemas.events import (
     TERMINAL_EVENTS,
     AttemptAccepted,

@@ -34,8 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TypedDict
 
-from projections.evidence import attempt_ended
-from projections.history import unique
+from projections.history import attempt_ended, unique
 from schemas.events import (
     TERMINAL_EVENTS,
     AttemptAccepted,

@@ -128,7 +128,7 @@ def test_a_dispatch_timeout_after_the_acceptance_ends_nothing_and_silence_still_
 
 
 def test_attempt_ended_follows_the_log_order_of_acceptance_and_timeout() -> None:
-    from projections.evidence import attempt_ended
+    from projections.history import attempt_ended
     from services.processors.watchdog import ATTEMPT_ENDS
 
     (stale,) = check([SCHEDULED], 5)

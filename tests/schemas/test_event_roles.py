@@ -20,8 +20,7 @@ import pytest
 
 from projections import classes, decisions, job_state
 from projections.decisions import REACTS_TO, classifier_step, decider_step
-from projections.evidence import ENDING_EVENTS
-from projections.history import STREAM_EVENTS
+from projections.history import ENDING_EVENTS, STREAM_EVENTS
 from projections.job_state import project
 from schemas import events as ev
 from schemas.events import EVENT_TYPES, TERMINAL_EVENTS, Event, Role
