@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
+from projections.classes import row
 from projections.history import (
     E,
     History,
@@ -74,12 +75,15 @@ class AccountingPolicy(BaseModel):
     """Reconciliation tolerance per GPU for an attempt with no meter tick at all."""
 
     def billable(self, outcome: str, attribution: str, failure_class: str) -> bool:
-        """Successful and user-attributed attempts are billable; platform, capacity and
-        ``unknown`` failures are credited. An attempt still running (or ended but not
-        yet classified) counts as billable until its decision."""
+        """Successful and user-attributed attempts are billable; platform and capacity
+        failures, and those of a class the table credits (``unknown``: its ``billing``),
+        are credited. An attempt still running (or ended but not yet classified) counts
+        as billable until its decision."""
         if outcome in ("succeeded", "pending"):
             return True
-        if outcome in ("lost", "superseded", "after_end") or failure_class == "unknown":
+        if outcome in ("lost", "superseded", "after_end"):
+            return False
+        if row(failure_class).billing == "credited":
             return False
         return attribution == "user"
 

@@ -4,7 +4,7 @@ Every rule of :data:`projections.failures.RULES` names one of these classes; the
 retry decider (:func:`projections.retry.decide`) reads the row to know whether
 the class is retried, on which side it is, what the retry prefers to avoid, how
 many times it may recur and which terminal event ends a job that is not
-retried. The README's failure-class table is checked against this one by a
+retried; the accounting policy reads its billing side. The README's failure-class table is checked against this one by a
 test (``tests/projections/test_failure_classes.py``), so the docs cannot drift.
 """
 
@@ -19,6 +19,9 @@ Avoid = Literal["", "node", "provider"]
 """What a retry prefers not to use again: nothing, the failed node, or the failed node
 and its provider. A preference, never an exclusion (the scheduler falls back)."""
 Terminal = Literal["JobFailed", "JobSucceededWithErrors", "JobCancelled", "JobRejected"]
+Billing = Literal["by_side", "credited"]
+"""Who pays for an attempt that failed with the class: the side its classification found
+(the user's is billed, the platform's and capacity's credited), or never the user."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class FailureClass:
     platform_cause: bool = False
     """Some rules find the platform at fault for this class (a node's GPU runtime):
     those classifications are platform-side, retried, and avoid the node."""
+    billing: Billing = "by_side"
+    """The billing side (:data:`Billing`): ``credited`` where nothing shows the failure
+    was the user's (read by ``projections.accounting.AccountingPolicy.billable``)."""
 
     def retryable_for(self, side: str) -> bool:
         """Whether a classification of this class, found on ``side``, is retried."""
@@ -70,6 +76,13 @@ class FailureClass:
         if self.platform_cause:
             return "no (platform cause: yes, preferring another node)"
         return "no (opt-in)" if self.opt_in else "no"
+
+    def billed(self) -> str:
+        """The README's "billed" cell (an attempt that failed with the class), derived
+        from the row."""
+        if self.billing == "credited" or self.side != "user":
+            return "no"
+        return "yes (platform cause: no)" if self.platform_cause else "yes"
 
 
 _NODE_WHY = "the fault may be the node's"
@@ -154,7 +167,8 @@ TABLE: tuple[FailureClass, ...] = (
                  why_not="the user cancelled the job"),
     FailureClass("unknown", "platform", True,
                  "nothing matched (e.g. a SIGKILL nobody explains)", limit=1,
-                 avoid="node", avoid_why=f"{_NODE_WHY}, and avoiding one node is cheap"),
+                 avoid="node", avoid_why=f"{_NODE_WHY}, and avoiding one node is cheap",
+                 billing="credited"),
 )
 # fmt: on
 
@@ -166,6 +180,7 @@ FAILURE_CLASSES: tuple[str, ...] = tuple(CLASSES)
 
 def row(name: str) -> FailureClass:
     """The row of class ``name``; an unknown name (a class from a newer classifier)
-    gets the ``unknown`` row's treatment under its own name."""
+    gets the ``unknown`` row's treatment under its own name (but for its billing: it is
+    billed on the side its classification found)."""
     found = CLASSES.get(name)
     return found if found is not None else replace(CLASSES["unknown"], name=name)

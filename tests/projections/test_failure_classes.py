@@ -14,15 +14,15 @@ from projections.retry import DEFAULT_POLICY
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def readme_classes() -> dict[str, tuple[str, str, str]]:
-    """The README's failure-class table: class -> (evidence, side, retried)."""
+def readme_classes() -> dict[str, tuple[str, str, str, str]]:
+    """The README's failure-class table: class -> (evidence, side, retried, billed)."""
     text = README.read_text()
     section = text.split("## Failure classes", 1)[1].split("\n## ", 1)[0]
-    rows: dict[str, tuple[str, str, str]] = {}
+    rows: dict[str, tuple[str, str, str, str]] = {}
     for line in section.splitlines():
-        m = re.match(r"^\| `(\w+)` \| (.*) \| (\w+) \| (.*) \|$", line)
+        m = re.match(r"^\| `(\w+)` \| (.*) \| (\w+) \| (.*) \| (.*) \|$", line)
         if m:
-            rows[m.group(1)] = (m.group(2), m.group(3), m.group(4))
+            rows[m.group(1)] = (m.group(2), m.group(3), m.group(4), m.group(5))
     return rows
 
 
@@ -33,8 +33,8 @@ def test_the_readme_lists_exactly_the_classes_of_the_table() -> None:
 @pytest.mark.parametrize("cls", TABLE, ids=lambda r: r.name)
 def test_the_readme_row_matches_the_table_row(cls: object) -> None:
     r = CLASSES[cls.name]  # type: ignore[attr-defined]
-    evidence, side, retried = readme_classes()[r.name]
-    assert (evidence, side, retried) == (r.evidence, r.side, r.retried())
+    evidence, side, retried, billed = readme_classes()[r.name]
+    assert (evidence, side, retried, billed) == (r.evidence, r.side, r.retried(), r.billed())
 
 
 def test_every_rule_names_a_class_of_the_table_on_an_allowed_side() -> None:
