@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -36,6 +35,7 @@ from services.agent.facts import node_fact
 from services.agent.inventory import host_memory_mb
 from services.agent.journal import JournalEntry, attempt_key
 from services.agent.logs import LogState
+from services.clock import utcnow
 from services.ledger import Ledger, LedgerPort
 from services.ledger.subscription import Subscription
 
@@ -185,7 +185,7 @@ class Agent:
         if any(c.job_id == scheduled.job_id and c.attempt == scheduled.attempt for c in own):
             log.warning("attempt %s already has a container on this node; ignoring the repeat", key)
             return False
-        if scheduled.dispatch_deadline < datetime.now(UTC):
+        if scheduled.dispatch_deadline < utcnow():
             log.warning(
                 "attempt %s arrived after its dispatch deadline %s; not taken",
                 key,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from aiohttp import web
 
 from services.api import queries
 from services.api.deps import POOL, SETTINGS, json_text, tenant_of
+from services.clock import utcnow
 
 
 async def list_nodes(request: web.Request) -> web.Response:
@@ -23,7 +24,7 @@ async def list_nodes(request: web.Request) -> web.Response:
     pool = request.app[POOL]
     nodes = await queries.nodes(pool)
     mine = await queries.tenant_live_attempts(pool, tenant_of(request))
-    now = datetime.now(UTC)
+    now = utcnow()
     out = []
     for node in nodes:
         status = node.get("status")

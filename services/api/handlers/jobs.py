@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -29,6 +28,7 @@ from services.api.deps import (
 )
 from services.api.explain import explain
 from services.api.timeline import timeline
+from services.clock import utcnow
 from services.replay import export
 from services.replay.offline import fold
 
@@ -103,7 +103,7 @@ async def export_job(request: web.Request) -> web.Response:
     schemas: dict[str, dict[str, Any]] = {}
     record, money = await queries.accounting_parts(pool, job_id) or (None, None)
     job = export.job_export(job_id, records, queries.view_of(row), record, money, schemas)
-    body = export.document([job], schemas, datetime.now(UTC))
+    body = export.document([job], schemas, utcnow())
     return web.json_response(body, dumps=json_text)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from datetime import UTC, datetime
 
 import asyncpg
 from aiohttp import web
@@ -34,6 +33,7 @@ from services.api.deps import (
     shown,
     tenant_of,
 )
+from services.clock import utcnow
 from services.ops.logs import log_context
 from services.sink import db
 
@@ -75,7 +75,7 @@ async def submit_job(request: web.Request) -> web.Response:
             event_id=event_id,
             job_id=job_id,
             attempt=0,
-            occurred_at=datetime.now(UTC),
+            occurred_at=utcnow(),
             producer=request.app[PRODUCER],
             tenant=tenant,
             submitter=submitter,
@@ -276,7 +276,7 @@ async def cancel_job(request: web.Request) -> web.Response:
     event = CancelRequested(
         job_id=row["job_id"],
         attempt=row["attempt"],
-        occurred_at=datetime.now(UTC),
+        occurred_at=utcnow(),
         producer=request.app[PRODUCER],
         requested_by=tenant_of(request),
         reason=reason,
