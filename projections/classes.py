@@ -4,8 +4,9 @@ Every rule of :data:`projections.failures.RULES` names one of these classes; the
 retry decider (:func:`projections.retry.decide`) reads the row to know whether
 the class is retried, on which side it is, what the retry prefers to avoid, how
 many times it may recur and which terminal event ends a job that is not
-retried; the accounting policy reads its billing side. The README's failure-class table is checked against this one by a
-test (``tests/projections/test_failure_classes.py``), so the docs cannot drift.
+retried; the accounting policy reads its billing side. The README's failure-class
+table is checked against this one by a test
+(``tests/projections/test_failure_classes.py``), so the docs cannot drift.
 """
 
 from __future__ import annotations
