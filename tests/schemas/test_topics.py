@@ -1,7 +1,11 @@
 """The topic table is the one list: every event names a topic of it, the subscriber
-distribution's list agrees with it, and the derived lists keep their rules."""
+distribution's list and the README's table agree with it, and the derived lists keep
+their rules."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 from gridledger_client.subscriber import TOPICS as CLIENT_TOPICS
 
@@ -31,3 +35,13 @@ def test_suffixes_are_unique_and_the_derived_lists_follow_the_rows() -> None:
     assert not whole & topics.COMPACTED_TOPICS
     # The dead letters, seals and prices are read whole in arrival order: one partition.
     assert {"dead-letter", "ledger-seals", "prices"} == topics.SINGLE_PARTITION
+
+
+def test_the_readme_lists_the_topics_of_the_table_with_their_keys() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    contracts = readme.split("## Contracts for other services", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `gridledger\.([a-z-]+)` \| ([^|]+) \|", contracts, flags=re.M)
+    assert sorted(suffix for suffix, _ in rows) == sorted(topics.TOPIC_NAMES)
+    for suffix, key in rows:
+        if key.strip() in ("job id", "node id"):
+            assert topics.BY_SUFFIX[suffix].key == key.split()[0], suffix
