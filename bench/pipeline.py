@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from bench.common import Result, isolated, peak_rss_mb, target
 from bench.load import Encoded, encode, histories
 from schemas import codec
+from schemas.topics import COMPACTED_TOPICS
 from schemas.views import AccountingRecord, JobView
 from services.ledger import Ledger
 from services.ops.specs import ServiceSpec
@@ -66,7 +67,7 @@ async def watch(
     try:
         tps = [
             TopicPartition(settings.topic(t), p)
-            for t in ("job-state", "accounting")
+            for t in sorted(COMPACTED_TOPICS)
             for p in range(settings.job_partitions)
         ]
         consumer.assign(tps)

@@ -23,7 +23,7 @@ import pytest
 from schemas import codec
 from schemas.events import CancelRequested, JobSubmitted
 from schemas.spec import JobSpec
-from schemas.topics import TOPIC_NAMES
+from schemas.topics import NODE_KEYED_TOPICS, TOPIC_NAMES
 from services.ledger import Ledger
 from services.ledger.client import DLQ_CONSUMER, DLQ_SOURCE_TOPIC
 from tests.adversarial.after import check_all
@@ -79,7 +79,7 @@ processors' snapshot reload and by replay (``replay --verify`` reads them all)."
 
 def keys_for(topic: str) -> list[bytes]:
     """Keys whose partitions the services read: every node's, and a few jobs'."""
-    if topic in ("node-events", "node-commands"):
+    if topic in NODE_KEYED_TOPICS:
         return [n.encode() for n in NODES]
     return [f"job-poison-{secrets.token_hex(4)}".encode() for _ in range(3)]
 

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.events import JobSubmitted
 from schemas.spec import JobSpec
+from schemas.topics import NODE_KEYED_TOPICS, STORED_TOPICS
 from schemas.views import TERMINAL_STATUSES
 from services.clock import utcnow
 from services.ledger import Ledger
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.integration
 GARBAGE = b"\xc3\x01 not a gridledger record"
 NODE = "node-p"
 READS = {
-    "sink": ("job-events", "log-chunks", "meter-ticks", "node-events", "prices"),
+    "sink": STORED_TOPICS,
     "processors": ("job-events", "heartbeats", "meter-ticks"),
     "scheduler": ("job-events", "node-events"),
     f"agent-{NODE}": ("node-commands",),
@@ -43,7 +44,7 @@ async def inject(system: System) -> str:
     settings = system.settings
     async with Ledger(settings, "test-poison") as ledger:
         for suffix in sorted({s for topics in READS.values() for s in topics}):
-            key = NODE if suffix in ("node-commands", "node-events") else "job-poison"
+            key = NODE if suffix in NODE_KEYED_TOPICS else "job-poison"
             await ledger.send_raw(settings.topic(suffix), key.encode(), GARBAGE, [])
         spec = JobSpec(image=BUSYBOX, command=["true"], resources={"gpus": 1, "memory_gb": 0.25})
         nul = JobSubmitted(
