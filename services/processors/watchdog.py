@@ -292,18 +292,14 @@ def overdue(
     if through is None:
         return []
     # Each verdict derives from the event that started the wait and occurs now.
-    verdict = {"occurred_at": now, "producer": thresholds.producer}
+    verdict: dict[str, object] = {"occurred_at": now, "producer": thresholds.producer}
     if watch.phase == "dispatch":
         deadline = watch.scheduled.dispatch_deadline
         if now < deadline:
             return []
         return [
             DispatchTimedOut.derived(
-                watch.scheduled,
-                PROCESSOR,
-                **verdict,
-                node_id=watch.node_id,
-                deadline=deadline,
+                watch.scheduled, PROCESSOR, **verdict, node_id=watch.node_id, deadline=deadline
             )
         ]
     if watch.phase == "finishing":
@@ -313,48 +309,12 @@ def overdue(
             return []
         return [
             FinishingTimedOut.derived(
-                watch.exited,
-                PROCESSOR,
-                **verdict,
-                node_id=watch.node_id,
-                deadline=deadline,
+                watch.exited, PROCESSOR, **verdict, node_id=watch.node_id, deadline=deadline
             )
         ]
     assert watch.last_seen_at is not None and watch.last_seen is not None
-    pending = watch.unresponsive
-    if pending is not None:
-        if _alive_since(watch, pending):
-            heard_after = (watch.seen_at or now) - pending.occurred_at
-            return [
-                AttemptResponsive.derived(
-                    pending,
-                    PROCESSOR,
-                    "responsive",
-                    **verdict,
-                    node_id=watch.node_id,
-                    silence_s=round(max(0.0, heard_after.total_seconds()) + pending.silence_s, 3),
-                )
-            ]
-        # The further silence allowed is the one recorded in the verdict, counted from it
-        # (or from the watchdog's rebuild: it could not hear while it was down).
-        start = pending.occurred_at
-        if watch.floor is not None:
-            start = max(start, watch.floor)
-        lost_after_s = (pending.lost_deadline - pending.occurred_at).total_seconds()
-        due = hearing.due(start, lost_after_s)
-        if through < due:
-            return []
-        return [
-            AttemptLost.derived(
-                pending,
-                PROCESSOR,
-                "lost",
-                **verdict,
-                node_id=watch.node_id,
-                last_heartbeat_at=pending.last_heartbeat_at,
-                deadline=due,
-            )
-        ]
+    if watch.unresponsive is not None:
+        return _after_unresponsive(watch, watch.unresponsive, now, through, hearing, verdict)
     due = hearing.due(watch.last_seen_at, thresholds.silence_s)
     if through < due:
         return []
@@ -368,6 +328,50 @@ def overdue(
             last_heartbeat_at=watch.last_heartbeat_at or watch.last_seen_at,
             silence_s=thresholds.silence_s,
             lost_deadline=now + timedelta(seconds=thresholds.lost_after_s),
+        )
+    ]
+
+
+def _after_unresponsive(
+    watch: Watch,
+    pending: AttemptUnresponsive,
+    now: datetime,
+    through: datetime,
+    hearing: Hearing,
+    verdict: dict[str, object],
+) -> list[Event]:
+    """What is due for an attempt declared unresponsive: responsive again on a newer sign
+    of life, lost once the further silence the verdict allowed has passed, else nothing."""
+    if _alive_since(watch, pending):
+        heard_after = (watch.seen_at or now) - pending.occurred_at
+        return [
+            AttemptResponsive.derived(
+                pending,
+                PROCESSOR,
+                "responsive",
+                **verdict,
+                node_id=watch.node_id,
+                silence_s=round(max(0.0, heard_after.total_seconds()) + pending.silence_s, 3),
+            )
+        ]
+    # The further silence allowed is the one recorded in the verdict, counted from it
+    # (or from the watchdog's rebuild: it could not hear while it was down).
+    start = pending.occurred_at
+    if watch.floor is not None:
+        start = max(start, watch.floor)
+    lost_after_s = (pending.lost_deadline - pending.occurred_at).total_seconds()
+    due = hearing.due(start, lost_after_s)
+    if through < due:
+        return []
+    return [
+        AttemptLost.derived(
+            pending,
+            PROCESSOR,
+            "lost",
+            **verdict,
+            node_id=watch.node_id,
+            last_heartbeat_at=pending.last_heartbeat_at,
+            deadline=due,
         )
     ]
 

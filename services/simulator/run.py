@@ -11,9 +11,10 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.events import TERMINAL_EVENTS, FailureClassified, JobSubmitted
+from schemas.events import TERMINAL_EVENTS, Event, FailureClassified, JobSubmitted
 from schemas.spec import JobSpec
 from services.clock import utcnow
 from services.ledger import Ledger, TopicPartition
@@ -42,6 +43,56 @@ def sim_spec(gpus: int) -> JobSpec:
     )
 
 
+@dataclass
+class _Tally:
+    """What the simulator read back of the jobs it submitted."""
+
+    wanted: set[str]
+    submitted_at: float
+    ends: dict[str, str] = field(default_factory=dict)
+    """Job -> the type of its terminal event."""
+    to_terminal: list[float] = field(default_factory=list)
+    classes: Counter[str] = field(default_factory=Counter)
+    seen: set[str] = field(default_factory=set)
+    lifecycle: int = 0
+
+    def note(self, key: str, event: Event) -> None:
+        """Count one job-event read back (of a job it submitted; others are ignored)."""
+        if key not in self.wanted:
+            return
+        self.lifecycle += 1
+        if isinstance(event, FailureClassified) and event.event_id not in self.seen:
+            self.seen.add(event.event_id)  # re-processing appends duplicates
+            self.classes[event.failure_class] += 1
+        if isinstance(event, TERMINAL_EVENTS) and key not in self.ends:
+            self.ends[key] = type(event).__name__
+            self.to_terminal.append(time.monotonic() - self.submitted_at)
+
+    def summary(self, fleet: SimFleet, nodes: int, jobs: int, elapsed: float) -> dict[str, Any]:
+        """The run's summary (see the module's docstring)."""
+        return {
+            "nodes": nodes,
+            "gpus": fleet.gpu_count,
+            "jobs": jobs,
+            "terminal": len(self.ends),
+            "elapsed_s": round(elapsed, 2),
+            "jobs_per_s": round(len(self.ends) / elapsed, 1) if elapsed else 0.0,
+            "time_to_terminal_s": {
+                q: round(v, 2)
+                for q, v in summary(self.to_terminal).items()
+                if q in ("p50", "p99", "max")
+            },
+            "outcomes": dict(Counter(self.ends.values())),
+            "failure_classes": dict(self.classes),
+            "attempts_accepted": fleet.stats.accepted,
+            "attempt_ends": fleet.stats.finished,
+            "lost_nodes": fleet.stats.lost_nodes,
+            "facts_emitted": fleet.stats.emitted,
+            "facts_failed": fleet.stats.failed,
+            "job_events_seen": self.lifecycle,
+        }
+
+
 async def simulate(
     settings: Settings,
     nodes: int,
@@ -55,7 +106,6 @@ async def simulate(
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Start the fleet, submit ``jobs`` jobs, wait for their terminal events; a summary."""
-    terminal_names = {cls.__name__ for cls in TERMINAL_EVENTS}
     async with Ledger(settings, "simulator") as ledger:
         fleet = SimFleet(
             ledger,
@@ -89,32 +139,18 @@ async def simulate(
                 for i in range(jobs)
             ]
             await fleet.emit(submitted)
-            submitted_at = time.monotonic()
-            wanted = {e.job_id for e in submitted}
-            ends: dict[str, str] = {}
-            to_terminal: list[float] = []
-            classes: Counter[str] = Counter()
-            seen: set[str] = set()
-            lifecycle = 0
+            tally = _Tally({e.job_id for e in submitted}, time.monotonic())
             next_report = began + 5
-            while len(ends) < len(wanted) and time.monotonic() - began < timeout_s:
+            while len(tally.ends) < len(tally.wanted) and time.monotonic() - began < timeout_s:
                 batch = await consumer.getmany(timeout_ms=500, max_records=5000)
                 for raws in batch.values():
                     for raw in raws:
                         record = await ledger.decode(raw, "simulator")
-                        if record is None or record.key not in wanted:
-                            continue
-                        lifecycle += 1
-                        event = record.value
-                        if isinstance(event, FailureClassified) and event.event_id not in seen:
-                            seen.add(event.event_id)  # re-processing appends duplicates
-                            classes[event.failure_class] += 1
-                        if type(event).__name__ in terminal_names and record.key not in ends:
-                            ends[record.key] = type(event).__name__
-                            to_terminal.append(time.monotonic() - submitted_at)
+                        if record is not None:
+                            tally.note(record.key, record.value)
                 if time.monotonic() >= next_report:
                     say(
-                        f"  {time.monotonic() - began:5.0f} s: {len(ends)}/{jobs} terminal, "
+                        f"  {time.monotonic() - began:5.0f} s: {len(tally.ends)}/{jobs} terminal, "
                         f"{fleet.stats.accepted} attempts accepted, {fleet.stats.emitted} facts"
                     )
                     next_report += 5
@@ -122,25 +158,7 @@ async def simulate(
         finally:
             await consumer.stop()
             await fleet.stop()
-    return {
-        "nodes": nodes,
-        "gpus": fleet.gpu_count,
-        "jobs": jobs,
-        "terminal": len(ends),
-        "elapsed_s": round(elapsed, 2),
-        "jobs_per_s": round(len(ends) / elapsed, 1) if elapsed else 0.0,
-        "time_to_terminal_s": {
-            q: round(v, 2) for q, v in summary(to_terminal).items() if q in ("p50", "p99", "max")
-        },
-        "outcomes": dict(Counter(ends.values())),
-        "failure_classes": dict(classes),
-        "attempts_accepted": fleet.stats.accepted,
-        "attempt_ends": fleet.stats.finished,
-        "lost_nodes": fleet.stats.lost_nodes,
-        "facts_emitted": fleet.stats.emitted,
-        "facts_failed": fleet.stats.failed,
-        "job_events_seen": lifecycle,
-    }
+    return tally.summary(fleet, nodes, jobs, elapsed)
 
 
 def run_with_services(
