@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.events import TERMINAL_EVENTS, Event, FailureClassified, JobSubmitted
+from schemas.events import TERMINAL_EVENTS, FailureClassified, JobSubmitted
 from schemas.spec import JobSpec
 from services.clock import utcnow
 from services.ledger import Ledger, TopicPartition
@@ -56,7 +56,7 @@ class _Tally:
     seen: set[str] = field(default_factory=set)
     lifecycle: int = 0
 
-    def note(self, key: str, event: Event) -> None:
+    def note(self, key: str, event: object) -> None:
         """Count one job-event read back (of a job it submitted; others are ignored)."""
         if key not in self.wanted:
             return
