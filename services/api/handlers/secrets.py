@@ -1,4 +1,4 @@
-"""The secrets routes: a tenant sets, lists and removes its secrets; an agent resolves an attempt's.
+"""Secrets: a tenant sets, lists and removes its secrets; an agent resolves an attempt's.
 
 A tenant's routes take its bearer token like every other route and only ever touch
 that tenant's rows; values go in once and never come back out to a tenant (list shows

@@ -1,4 +1,4 @@
-"""The webhooks routes: a tenant adds, lists, rotates, enables and removes its subscriptions
+"""The webhooks handlers: a tenant adds, lists, rotates, enables and removes its subscriptions
 and reads their delivery log. Storage: services/webhooks/store.py; delivery: the webhooks
 service (services/webhooks/service.py).
 
