@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -304,22 +303,6 @@ class LedgerOperations:
             size_bytes=size,
             limit_bytes=self.settings.kafka_max_message_bytes,
         )
-
-    async def applied(self, raw: Any, consumer: str, apply: Callable[[], Any]) -> bool:
-        """Apply a decoded record with ``apply()`` (awaited when it returns an awaitable);
-        when that raises, park the record as ``unapplicable`` (:meth:`dead_letter`) and
-        return False, so the consumer goes on with the next one. An outage
-        (:data:`CONSUMER_OUTAGE_ERRORS`) is raised as it is: the consumer rides it out."""
-        try:
-            result = apply()
-            if inspect.isawaitable(result):
-                await result
-        except CONSUMER_OUTAGE_ERRORS:
-            raise
-        except Exception as exc:  # noqa: BLE001 - parked with its reason, named in the log
-            await self.dead_letter(raw, exc, consumer, "unapplicable")
-            return False
-        return True
 
     async def decode(
         self, raw: Any, consumer: str, dead_letter: bool = True

@@ -24,7 +24,7 @@ Only this package (and the processors' faust app) speaks Kafka; a test enforces 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self
@@ -222,17 +222,6 @@ class LedgerPort(Protocol):
 
     def record_refused(self, cause: Event, by: str, item: Keyed, size: int) -> Event:
         """The RecordRefused fact of a parked ``item``, derived by ``by`` from ``cause``."""
-        ...
-
-    async def applied(self, raw: Any, consumer: str, apply: Callable[[], Any]) -> bool:
-        """Apply a record; when that raises (not an outage), park it as ``unapplicable``
-        and return False: the consumer goes on."""
-        ...
-
-    async def decode(
-        self, raw: Any, consumer: str, dead_letter: bool = True
-    ) -> LedgerRecord | None:
-        """Decode a consumed record; None for a tombstone or one that does not decode."""
         ...
 
     def read_raw(

@@ -178,7 +178,7 @@ class Batch:
     async def apply(self, record: LedgerRecord, apply: Callable[[], Any]) -> bool:
         """``apply()`` (awaited when it returns an awaitable); when it raises (not an
         outage), park the record as ``unapplicable`` and return False: the handler goes
-        on with the next one."""
+        on with the next one (a scheduler or agent bug that hostile input reached)."""
         try:
             result = apply()
             if inspect.isawaitable(result):
@@ -321,11 +321,9 @@ class Subscription:
                 self.ledger.outage.up()
                 while True:
                     if not ready:
-                        if self._catching_up or self.live:
-                            polled, ahead = (
-                                ahead or asyncio.ensure_future(self._read(consumer)),
-                                None,
-                            )
+                        if self._catching_up or self.live or ahead is not None:
+                            polled = ahead or asyncio.ensure_future(self._read(consumer))
+                            ahead = None
                             ready.append(await polled)
                         if not self._catching_up and not self.live:
                             self.live = True  # catch-up ended: the first live batch, at once
@@ -333,7 +331,7 @@ class Subscription:
                     batch = ready.popleft()
                     for raw, error in batch.bad:
                         await self.park(raw, error, "undecodable")
-                    if self.ahead and not ready:
+                    if self.ahead and ahead is None and not ready:
                         ahead = asyncio.ensure_future(self._read(consumer))
                     async with self._in_batch:
                         yield batch

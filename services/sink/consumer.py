@@ -12,8 +12,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -22,6 +20,8 @@ from services.backoff import outage_of, wait_event
 from services.gc_tuning import tuned_gc
 from services.ledger import TopicPartition
 from services.ledger.client import Ledger, LedgerRecord, broker_unavailable
+from services.ledger.port import LedgerPort
+from services.ledger.subscription import Subscription
 from services.ops.server import ops_server
 from services.settings import Settings
 from services.sink import db
@@ -33,17 +33,6 @@ from services.sink.writer import ReadModelWriter
 log = logging.getLogger(__name__)
 
 CONSUMER_NAME = "sink"
-
-_DECODE_SLICE = 32
-"""Records decoded between two yields to the event loop (see ``Sink._decode``)."""
-
-
-@dataclass
-class _Decoded:
-    """A polled batch and its decoded records (None: a tombstone or undecodable)."""
-
-    raws: list[Any]
-    records: list[LedgerRecord | None]
 
 
 async def stored_offsets(conn: asyncpg.Connection, consumer: str) -> dict[TopicPartition, int]:
@@ -82,7 +71,7 @@ class Sink:
     def __init__(
         self,
         settings: Settings,
-        ledger: Ledger,
+        ledger: LedgerPort,
         pool: asyncpg.Pool,
         *,
         consumer_name: str = CONSUMER_NAME,
@@ -95,8 +84,8 @@ class Sink:
         self.writer = writer or ReadModelWriter(settings)
         self.applied_batches = 0
         self.positions: dict[TopicPartition, int] = {}
-        self.consumer: Any = None
-        """The live consumer while :meth:`run` consumes (its lag is the ops server's)."""
+        self.consumer: Subscription | None = None
+        """The subscription while :meth:`run` consumes (its lag is the ops server's)."""
         self._stopping = asyncio.Event()
         self._conn: asyncpg.Connection | None = None
         """The connection of the running session: it holds the schema lock."""
@@ -190,74 +179,35 @@ class Sink:
                 await self.pool.release(conn, timeout=5)
 
     async def _consume(self, conn: asyncpg.Connection) -> None:
-        tps = await self.partitions()
-        consumer = self.ledger.consumer()
-        await consumer.start()
-        try:
-            consumer.assign(tps)
-            stored = await stored_offsets(conn, self.consumer_name)
-            for tp in tps:
-                # Offset 0 rather than seek_to_beginning: no broker round trip, and a start
-                # already deleted by retention resets to the earliest (auto_offset_reset).
-                consumer.seek(tp, stored.get(tp, 0))
-            self.positions = dict(stored)
-            self.consumer = consumer
-            log.info("sink %s started on %d partitions", self.consumer_name, len(tps))
-            # The next batch is polled and decoded while the current one is written:
-            # Postgres executes our statements on another core meanwhile. A batch
-            # decoded ahead but not applied when the sink stops is simply read again.
-            ahead: asyncio.Task[_Decoded] | None = None
+        """The handler: each batch's rows and offsets in one transaction, from the offsets
+        stored with the rows. The next batch is read and decoded while this one is written
+        (Postgres runs our statements on another core meanwhile); one read ahead but not
+        applied when the sink stops is simply read again."""
+        stored = await stored_offsets(conn, self.consumer_name)
+        self.positions = dict(stored)
+        subscription = self.ledger.subscribe(
+            self.writer.consumed_topics(),
+            name=self.dead_letter_name,
+            positions=stored,
+            ahead=True,
+            max_records=self.settings.sink_batch_max,
+        )
+        async with subscription:
+            self.consumer = subscription
+            log.info("sink %s started from the offsets stored with its rows", self.consumer_name)
             try:
-                while not self._stopping.is_set():
-                    polled = await (ahead or self._poll(consumer))
-                    ahead = None
-                    if not polled.raws:
-                        continue
-                    ahead = asyncio.ensure_future(self._poll(consumer))
-                    await self._commit(polled)
+                async for batch in subscription:
+                    if self._stopping.is_set():
+                        return
+                    if batch:
+                        pairs = [(batch.raw(record), record) for record in batch.records]
+                        await self._commit(pairs, batch.offsets)
             finally:
-                if ahead is not None:
-                    # Dropped unapplied (its records are read again on the next start).
-                    ahead.cancel()
-                    await asyncio.wait([ahead])
-                    if not ahead.cancelled():
-                        ahead.exception()  # retrieve it: a poll error of a dropped batch
-        finally:
-            self.consumer = None
-            await consumer.stop()
+                self.consumer = None
 
-    async def _poll(self, consumer: Any) -> _Decoded:
-        batch = await consumer.getmany(timeout_ms=200, max_records=self.settings.sink_batch_max)
-        return await self._decode([raw for records in batch.values() for raw in records])
-
-    async def _decode(self, raws: list[Any]) -> _Decoded:
-        """Decode without side effects: a record that does not decode is dead-lettered
-        by :meth:`_commit`, so a batch decoded ahead and then dropped parks nothing."""
-        name = self.dead_letter_name
-        records = []
-        for i, raw in enumerate(raws, 1):
-            records.append(await self.ledger.decode(raw, name, dead_letter=False))
-            if i % _DECODE_SLICE == 0:
-                # Let the batch being written go on between slices: its statements
-                # then run in Postgres while this one decodes, not after it.
-                await asyncio.sleep(0)
-        return _Decoded(raws, records)
-
-    async def apply_raw(self, raws: Sequence[Any]) -> None:
-        """Decode a polled batch and commit its rows with its offsets."""
-        await self._commit(await self._decode(list(raws)))
-
-    async def _commit(self, polled: _Decoded) -> None:
-        decoded: list[tuple[Any, LedgerRecord]] = []
-        offsets: dict[TopicPartition, int] = {}
-        for raw, record in zip(polled.raws, polled.records, strict=True):
-            if record is None and raw.value is not None:
-                # Undecodable: dead-letter it now, once, before its offset is committed.
-                record = await self.ledger.decode(raw, self.dead_letter_name)
-            if record is not None:
-                decoded.append((raw, record))
-            tp = TopicPartition(raw.topic, raw.partition)
-            offsets[tp] = max(offsets.get(tp, 0), raw.offset + 1)
+    async def _commit(
+        self, decoded: list[tuple[Any, LedgerRecord]], offsets: dict[TopicPartition, int]
+    ) -> None:
         if self._conn is not None:
             await self._apply_in_transaction(self._conn, decoded, offsets)
         else:  # applied from outside run() (tests, tools): no lock to write under
@@ -311,13 +261,12 @@ class Sink:
 
     async def end_offsets(self) -> dict[TopicPartition, int]:
         """The current end offset of every consumed partition."""
-        tps = await self.partitions()
-        consumer = self.ledger.consumer()
-        await consumer.start()
-        try:
-            return dict(await consumer.end_offsets(tps))
-        finally:
-            await consumer.stop()
+        ends: dict[TopicPartition, int] = {}
+        for topic in self.writer.consumed_topics():
+            count = await self.ledger.partitions(topic)
+            asked = await self.ledger.end_offsets(topic, range(count), timeout_s=30)
+            ends.update((TopicPartition(topic, p), end) for p, end in asked.items())
+        return ends
 
     async def wait_until(self, ends: dict[TopicPartition, int], timeout: float = 30.0) -> None:
         """Wait until the offsets committed in Postgres reach ``ends`` (TimeoutError if not)."""
@@ -337,7 +286,9 @@ class Sink:
         await self.wait_until(await self.end_offsets(), timeout)
 
 
-async def build_sink(settings: Settings, ledger: Ledger, pool: asyncpg.Pool, **kwargs: Any) -> Sink:
+async def build_sink(
+    settings: Settings, ledger: LedgerPort, pool: asyncpg.Pool, **kwargs: Any
+) -> Sink:
     """Composition root: migrate the schema, then return the sink (not yet running)."""
     await migrate_pool(pool, settings.pg_schema)
     return Sink(settings, ledger, pool, **kwargs)

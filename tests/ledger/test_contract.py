@@ -38,6 +38,7 @@ from services.settings import Settings
 from tests.conftest import require_stack
 from tests.fakes.ledger import FakeLedger
 from tests.schemas.samples import T0, sample
+from tests.waiting import eventually
 
 
 @pytest_asyncio.fixture(
@@ -349,3 +350,33 @@ async def test_a_subscription_parks_what_does_not_decode_or_apply_and_goes_on(le
     parked = await raw_values(ledger, ledger.settings.topic("dead-letter"))
     assert [dict(p.headers)[DLQ_REASON] for p in parked] == [b"undecodable", b"unapplicable"]
     assert {dict(p.headers)[DLQ_CONSUMER] for p in parked} == {b"contract-applier"}
+
+
+async def test_a_batch_read_ahead_parks_nothing_until_it_is_handed_over(ledger):
+    """The sink's read-ahead: a batch read while the handler writes the previous one, then
+    dropped (the sink stopped), has parked nothing; handed over, its poison is parked."""
+    topic = ledger.settings.topic("job-events")
+    good = await ledger.append(JobSucceeded(job_id="job-a", attempt=1, occurred_at=T0))
+    await ledger.send_raw(topic, b"job-a", b"\xc3\x01 not an event", [])
+    tp = TopicPartition(topic, good.partition)
+    dead_letter = ledger.settings.topic("dead-letter")
+
+    def subscribe() -> Any:
+        start = {(topic, good.partition): good.offset}
+        return ledger.subscribe(
+            [topic], name="contract-ahead", positions=start, ahead=True, max_records=1
+        )
+
+    async with subscribe() as subscription:
+        (first,) = await batches_until(subscription, lambda seen: seen)
+        assert [r.value.attempt for r in first.records] == [1]
+
+        async def read_ahead() -> bool:
+            return await subscription.consumer.position(tp) >= good.offset + 2
+
+        await eventually(read_ahead, "the next batch to be read ahead")
+        assert await raw_values(ledger, dead_letter) == []
+    async with subscribe() as subscription:
+        await batches_until(subscription, lambda seen: len(seen) == 2)
+        (parked,) = await raw_values(ledger, dead_letter)
+    assert dict(parked.headers)[DLQ_REASON] == b"undecodable"

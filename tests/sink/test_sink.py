@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from types import SimpleNamespace
 from typing import Any
 
 import asyncpg
 import pytest
-from aiokafka import TopicPartition
 
 from schemas.events import Event
 from services.ledger import Ledger
@@ -199,32 +197,3 @@ async def test_a_second_sink_on_the_same_schema_refuses_to_start(
             # Whatever its consumer name: the writer's in-memory states need one writer.
             with pytest.raises(ReadModelError, match="already writing schema"):
                 await Sink(impatient, ledger, pool, consumer_name=second_name).run()
-
-
-async def test_a_batch_decoded_ahead_parks_nothing_until_it_is_committed(
-    pg: tuple[Settings, asyncpg.Pool],
-) -> None:
-    settings, pool = pg
-    job_events = settings.topic("job-events")
-    poison = SimpleNamespace(
-        topic=job_events, partition=0, offset=0, key=b"job-x", value=b"\xc3\x01 bad", timestamp=0
-    )
-    async with Ledger(settings, "test") as ledger:
-        sink = await build_sink(settings, ledger, pool)
-        dead_letter = TopicPartition(settings.topic("dead-letter"), 0)
-
-        async def parked() -> int:
-            consumer = ledger.consumer()
-            await consumer.start()
-            try:
-                return (await consumer.end_offsets([dead_letter]))[dead_letter]
-            finally:
-                await consumer.stop()
-
-        decoded = await sink._decode([poison])  # what the sink reads ahead
-        assert decoded.records == [None]
-        assert await parked() == 0  # a batch dropped now (sink stopped) parked nothing
-        await sink._commit(decoded)
-        assert await parked() == 1
-        async with pool.acquire() as conn:
-            assert await stored_offsets(conn, "sink") == {TopicPartition(job_events, 0): 1}
