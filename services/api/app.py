@@ -25,14 +25,14 @@ from services.api.events import EventHub
 from services.api.handlers import secrets
 from services.api.openapi import OPENAPI, agent_paths, openapi_document, public_paths, register
 from services.api.routes import OPERATIONS, ROUTES, ops_operations
-from services.ledger.client import Ledger
+from services.ledger.port import LedgerPort
 from services.ops.checks import close_checks
 from services.ops.server import OpsEndpoints, request_metrics
 from services.settings import Settings
 
 
 def build_app(
-    settings: Settings, ledger: Ledger, pool: asyncpg.Pool, ops: OpsEndpoints | None = None
+    settings: Settings, ledger: LedgerPort, pool: asyncpg.Pool, ops: OpsEndpoints | None = None
 ) -> web.Application:
     """The API application over a started ledger and a pool on the read-model schema.
 

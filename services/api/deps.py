@@ -15,11 +15,11 @@ from pydantic import ValidationError
 from schemas.views import JOB_STATUSES
 from services.api import artifacts, auth, errors, idempotency, problems, queries
 from services.api.events import EventHub
-from services.ledger.client import Ledger
+from services.ledger.port import LedgerPort
 from services.settings import Settings
 
 SETTINGS = web.AppKey("settings", Settings)
-LEDGER = web.AppKey("ledger", Ledger)
+LEDGER = web.AppKey("ledger", LedgerPort)
 POOL = web.AppKey("pool", asyncpg.Pool)
 PRODUCER = web.AppKey("producer", str)
 SUBMISSIONS = web.AppKey("submissions", idempotency.Submissions)

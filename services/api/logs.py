@@ -30,7 +30,7 @@ from schemas.events import LogChunk
 from schemas.log_position import LogPosition, advance, format_position, has
 from schemas.views import TERMINAL_STATUSES
 from services.api import queries
-from services.ledger.client import Ledger
+from services.ledger.port import LedgerPort
 from services.settings import Settings
 
 NDJSON = "application/x-ndjson"
@@ -155,7 +155,7 @@ async def serve_logs(
     *,
     settings: Settings,
     pool: asyncpg.Pool,
-    ledger: Ledger,
+    ledger: LedgerPort,
     job_id: str,
     attempt: int | None,
     stream: str | None,
@@ -189,7 +189,7 @@ async def _follow(
     writer: LogWriter,
     settings: Settings,
     pool: asyncpg.Pool,
-    ledger: Ledger,
+    ledger: LedgerPort,
     job_id: str,
     attempt: int | None,
     stream: str | None,

@@ -27,7 +27,8 @@ from schemas.errors import EventDecodeError
 from schemas.events import Event, MeterTick
 from schemas.topics import FOLDED_TOPICS
 from services.clock import utcnow
-from services.ledger.client import Ledger, heard_at, partition_for, skipped
+from services.ledger.client import heard_at, partition_for, skipped
+from services.ledger.port import LedgerPort
 from services.replay.offline import FORMAT, FORMAT_VERSION, live_decisions
 
 CONSUMER = "export"
@@ -57,7 +58,7 @@ def ledger_time(record: JobRecord) -> datetime:
     return record.appended_at or datetime.fromtimestamp(record.timestamp_ms / 1000, UTC)
 
 
-async def read_job(ledger: Ledger, job_id: str) -> list[JobRecord]:
+async def read_job(ledger: LedgerPort, job_id: str) -> list[JobRecord]:
     """Every record keyed ``job_id`` on the folded topics, topic by topic, in offset order.
 
     Reads the job's partition of each topic from offset 0 to its end now. A record that

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest_asyncio
@@ -14,10 +17,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from services import tokens
 from services.api.app import build_app
-from services.ledger import Ledger
+from services.ledger import Ledger, LedgerPort
 from services.secretstore import new_key_text
 from services.settings import Settings
 from services.sink.consumer import Sink, build_sink
+from tests.fakes.ledger import FakeLedger
 from tests.objectstore import PrivateStore
 from tests.sink.pg import private_schema
 
@@ -30,7 +34,7 @@ SECRETS_KEY = new_key_text()
 @dataclass
 class Api:
     settings: Settings
-    ledger: Ledger
+    ledger: LedgerPort
     pool: asyncpg.Pool
     sink: Sink
     client: TestClient
@@ -54,16 +58,19 @@ def write_tokens(path: Path) -> Path:
     return path
 
 
-@pytest_asyncio.fixture
-async def api(topics: Settings, tmp_path: Path, object_store: PrivateStore) -> AsyncIterator[Api]:
+@contextlib.asynccontextmanager
+async def running_api(
+    settings: Settings, tmp_path: Path, object_store: PrivateStore, ledger_of: Any
+) -> AsyncIterator[Api]:
+    """The API and an in-process sink over the ledger ``ledger_of(settings)`` builds."""
     # The API signs download URLs with the object store's reader credentials.
     settings = object_store.service_settings(
-        topics,
+        settings,
         tokens_file=write_tokens(tmp_path / "tokens.json"),
         log_follow_grace_s=0.5,
         secrets_key=SECRETS_KEY,
     )
-    async with private_schema(settings) as (scoped, pool), Ledger(scoped, "test") as ledger:
+    async with private_schema(settings) as (scoped, pool), ledger_of(scoped) as ledger:
         sink = await build_sink(scoped, ledger, pool)
         task = asyncio.create_task(sink.run())
         client = TestClient(TestServer(build_app(scoped, ledger, pool)))
@@ -77,3 +84,20 @@ async def api(topics: Settings, tmp_path: Path, object_store: PrivateStore) -> A
                 await asyncio.wait_for(task, 10)
             except TimeoutError:
                 task.cancel()
+
+
+@pytest_asyncio.fixture
+async def api(topics: Settings, tmp_path: Path, object_store: PrivateStore) -> AsyncIterator[Api]:
+    """The API on the Kafka ledger (its own topics on the local broker)."""
+    async with running_api(topics, tmp_path, object_store, lambda s: Ledger(s, "test")) as up:
+        yield up
+
+
+@pytest_asyncio.fixture
+async def fake_api(
+    settings: Settings, tmp_path: Path, object_store: PrivateStore
+) -> AsyncIterator[Api]:
+    """The API on the FakeLedger (it takes the port): no broker, the real Postgres."""
+    isolated = settings.model_copy(update={"topic_prefix": f"fake-{uuid.uuid4().hex[:8]}."})
+    async with running_api(isolated, tmp_path, object_store, FakeLedger) as up:
+        yield up

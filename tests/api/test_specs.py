@@ -1,4 +1,7 @@
-"""Bad specs get a 422 (or 413) that names the field, before anything is recorded."""
+"""Bad specs get a 422 (or 413) that names the field, before anything is recorded.
+
+On the FakeLedger (the API takes the ledger port) and the real Postgres: what is
+recorded is what the fake holds."""
 
 from __future__ import annotations
 
@@ -10,6 +13,13 @@ import pytest
 from tests.api.conftest import Api
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def api(fake_api: Api) -> Api:
+    """Every test here runs the API on the fake ledger."""
+    return fake_api
+
 
 GOOD: dict[str, Any] = {"image": "gridledger/python:latest", "command": ["python3", "x.py"]}
 
