@@ -1,9 +1,10 @@
 """Poison records never stop the sink: a NUL anywhere, a row Postgres refuses.
 
 On the fake ledger (the sink takes the port) and the real Postgres. What a tenant sees
-afterwards: the NUL-bearing job in the tables (a NUL in a text column as U+FFFD, every log character kept), a refused
-record on the dead-letter topic with its reason and counted in the metric, and another
-tenant's job finished in the tables as if nothing had happened.
+afterwards: the NUL-bearing job in the tables (a NUL in a text column as U+FFFD, every
+log character kept), a refused record on the dead-letter topic with its reason and
+counted in the metric, and another tenant's job finished in the tables as if nothing
+had happened.
 """
 
 from __future__ import annotations
