@@ -77,6 +77,7 @@ async def raw_baseline(sink: Sink, pool: Any) -> dict[str, Any]:
             "CREATE TABLE raw_baseline (topic text, partition integer, "
             "record_offset bigint, event_id text, body bytea)"
         )
+        assert isinstance(sink.ledger, Ledger), "the bench reads the broker's raw records"
         consumer = sink.ledger.consumer()
         await consumer.start()
         try:

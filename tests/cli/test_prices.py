@@ -23,6 +23,7 @@ from cloudevents.core.formats.json import JSONFormat
 
 from schemas.events import AttemptScheduled, Event, PriceCatalogPublished, PriceEntry
 from services.clock import utcnow
+from services.ledger import Ledger
 from services.replay.verify import verify
 from tests.api.conftest import Api
 from tests.api.test_usage_export import every_page
@@ -169,6 +170,7 @@ async def test_usage_is_priced_per_hour_and_a_later_version_never_changes_the_pa
     # Replay rebuilds the same money from the ledger, whatever order it reads the topics in
     # (it applies every job before the prices topic). Decision drift is not asked for: these
     # are hand-made facts, not the deciders' own.
+    assert isinstance(api.ledger, Ledger)  # replay reads the broker's batches
     report = await verify(api.settings, api.ledger, catch_up_s=5, workers=1)
     assert report.ok, report.lines()
     assert {"usage_lines", "accounting_records", "price_catalogs"} <= set(report.table_counts)
