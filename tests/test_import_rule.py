@@ -166,16 +166,19 @@ def test_the_scan_catches_what_it_should(tmp_path: Path) -> None:
     assert any("uuid.uuid4" in p for p in problems)
 
 
-# The Kafka client is the ledger's business (services/ledger) and the faust app's
-# (services/processors/app.py, which faust itself builds on aiokafka). Everything else
-# in services/ takes a ledger and asks it. The client distribution (client/, outside
-# services/) is the exception by design: the subscriber other teams' services install
-# alone; tests/client/test_clean_venv.py checks that it pulls in nothing of the server.
+# The Kafka client is the ledger's business (services/ledger): every live consumer reads
+# through its one subscription, the processors' faust app included. faust (and mode, the
+# service library it is built on) is the processors' framework and stays in
+# services/processors/. Everything else in services/ takes a ledger and asks it. The
+# client distribution (client/, outside services/) is the exception by design: the
+# subscriber other teams' services install alone; tests/client/test_clean_venv.py checks
+# that it pulls in nothing of the server.
 KAFKA_CLIENTS = ("aiokafka", "faust", "kafka")
-KAFKA_ALLOWED = ("services/ledger/", "services/processors/app.py")
+ALLOWED = {"aiokafka": "services/ledger/", "kafka": "services/ledger/"}
+ALLOWED |= dict.fromkeys(("faust", "mode"), "services/processors/")
 
 
-def _kafka_imports(path: Path) -> list[str]:
+def _kafka_imports(path: Path, roots: tuple[str, ...] = KAFKA_CLIENTS) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -187,24 +190,27 @@ def _kafka_imports(path: Path) -> list[str]:
         found += [
             f"{path.name}:{node.lineno} imports {name}"
             for name in names
-            if name.split(".")[0] in KAFKA_CLIENTS
+            if name.split(".")[0] in roots
         ]
     return found
 
 
-def test_only_the_ledger_and_the_faust_app_import_the_kafka_client() -> None:
+def test_only_the_ledger_imports_the_kafka_client_and_only_the_processors_faust() -> None:
     files = sorted((ROOT / "services").glob("**/*.py"))
     assert files
     outside = [
         f"{path.parent.relative_to(ROOT)}/{found}"
+        for root, allowed in ALLOWED.items()
         for path in files
-        if not str(path.relative_to(ROOT)).startswith(KAFKA_ALLOWED)
-        for found in _kafka_imports(path)
+        if not str(path.relative_to(ROOT)).startswith(allowed)
+        for found in _kafka_imports(path, (root,))
     ]
     assert outside == [], (
-        "only services/ledger and services/processors/app.py may import the Kafka client; "
-        f"take a ledger (services.ledger.LedgerPort) instead: {outside}"
+        "only services/ledger may import the Kafka client (take a ledger: "
+        "services.ledger.LedgerPort, its subscribe for a live consumer), and only "
+        f"services/processors/ faust: {outside}"
     )
+    assert _kafka_imports(ROOT / "services/processors/app.py", ("faust",)), "the app is faust's"
 
 
 def test_the_kafka_scan_sees_every_form_of_import(tmp_path: Path) -> None:

@@ -1,10 +1,10 @@
 """The ledger: append events to Kafka, read a job's history, subscribe, dead-letter.
 
 :class:`LedgerPort` is what services take; :class:`Ledger` is the Kafka one their
-composition roots build (see :mod:`services.ledger.port`). Only this package (and
-the processors' faust app) imports the Kafka client; a service that consumes live
-takes its consumer from :meth:`Ledger.consumer` and names partitions with
-:class:`TopicPartition` from here.
+composition roots build (see :mod:`services.ledger.port`). Only this package imports
+the Kafka client; a service that consumes live subscribes
+(:meth:`LedgerPort.subscribe`), and partitions are named with :class:`TopicPartition`
+from here.
 """
 
 from aiokafka import TopicPartition

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -356,19 +356,12 @@ class LedgerOperations:
             heard_at(raw, None),
         )
 
-    def subscribe(
-        self,
-        topics: Sequence[str],
-        *,
-        name: str,
-        group: str | None = None,
-        positions: Mapping[tuple[str, int], int] | None = None,
-        **how: Any,
-    ) -> Subscription:
-        """A live subscription to ``topics`` (full names): :mod:`services.ledger.subscription`."""
+    def subscribe(self, topics: Sequence[str], **how: Any) -> Subscription:
+        """A live subscription to ``topics`` (full names): :class:`LedgerPort.subscribe`,
+        :mod:`services.ledger.subscription`."""
         from services.ledger.subscription import Subscription
 
-        return Subscription(self, topics, name=name, group=group, positions=positions, **how)
+        return Subscription(self, topics, **how)
 
     def open_consumer(self, group_id: str | None = None, **options: Any) -> Any:
         """A consumer (not started) for a subscription: the ledger's primitive."""

@@ -19,7 +19,7 @@ What the contract says (and each implementation must keep):
   decode is skipped by readers and parked once on the dead-letter topic by the
   consumer that owns its processing (:meth:`LedgerPort.decode`).
 
-Only this package (and the processors' faust app) speaks Kafka; a test enforces it.
+Only this package speaks Kafka; a test enforces it.
 """
 
 from __future__ import annotations

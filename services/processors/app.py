@@ -9,16 +9,18 @@ Processors (``--only`` picks a subset; each subset is its own consumer group):
   (FailureClassified, RetryScheduled, the terminal event).
 - ``accounting``: job-events + meter-ticks -> ``projections.accounting.account`` -> ``accounting``.
 
-One Kafka group consumer (:class:`JobEventsConsumer`, a faust/mode ``Service``
-of the app) reads every topic the chosen processors read (job-events, plus
-heartbeats for the watchdog and meter-ticks for accounting) a whole batch at a
-time (``getmany``) and hands each batch to :class:`.step.Step`, which offers
+One member of the worker's consumer group (:class:`JobEventsConsumer`, a faust/mode
+``Service`` of the app, reading through the ledger's one subscription) reads every
+topic the chosen processors read (job-events, plus heartbeats for the watchdog and
+meter-ticks for accounting) a whole batch at a time and hands each batch to
+:class:`.step.Step`, which offers
 every record to each chosen processor: a record is fetched and decoded once,
 and the batch's sends are awaited once. Only then are the batch's offsets
 committed, so a crash re-delivers exactly what was not yet acknowledged.
 
 faust is the worker's framework: the app and its lifecycle, the consumer as one
-of its services, the watchdog's timer, its sensors. Its own consumer, agents
+of its services, the watchdog's timer, its sensors (fed with the group's rebalances
+and commits). Its own consumer, agents
 and conductor are switched off (``BootStrategy(enable_kafka=False)``): faust
 delivers records one callback at a time, about 200 us of CPU per record on a
 small machine before any of ours, which capped a worker near 5,000 records/s;
