@@ -83,6 +83,10 @@ class Role(StrEnum):
     DECIDER_INPUT = "decider_input"
     """The retry decider decides on it; with the triggers, what ``react`` answers
     (``projections.decisions.REACTS_TO``)."""
+    DECISION = "decision"
+    """The classifier or the retry decider derives it (``projections.decisions``); replay
+    compares these with what the current rules imply
+    (``services.replay.decisions.DECISION_TYPES``)."""
     SCHEDULER_INPUT = "scheduler_input"
     """The scheduler's state folds it; it skips every other type undecoded
     (``services.scheduler.core.FOLDED``)."""
@@ -525,7 +529,7 @@ class FailureClassified(Event):
     """The classifier's verdict on a failed attempt: class, whose side, retryable, advice and the
     evidence for it."""
 
-    ROLES: ClassVar[Roles] = frozenset({Role.DECIDER_INPUT, Role.SCHEDULER_INPUT})
+    ROLES: ClassVar[Roles] = frozenset({Role.DECIDER_INPUT, Role.SCHEDULER_INPUT, Role.DECISION})
 
     failure_class: FailureClass
     attribution: Attribution
@@ -540,7 +544,7 @@ class FailureClassified(Event):
 class RetryScheduled(Event):
     """The attempt ``attempt`` failed; ``next_attempt`` will be queued after ``delay_s``."""
 
-    ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT})
+    ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT, Role.DECISION})
 
     SCHEMA_VERSION: ClassVar[int] = 2
     """v2 added ``avoid_reason``."""
@@ -563,7 +567,7 @@ class RetryWithdrawn(Event):
     """A retry ordered after attempt ``attempt`` was declared lost is called off: the
     attempt's own late facts show it finished cleanly, so its result stands."""
 
-    ROLES: ClassVar[Roles] = frozenset()
+    ROLES: ClassVar[Roles] = frozenset({Role.DECISION})
 
     next_attempt: int
     """The attempt the withdrawn RetryScheduled would have started."""
@@ -574,7 +578,7 @@ class AttemptSuperseded(Event):
     """Attempt ``attempt`` must stop: another attempt's result won (``winner``). The
     dispatch processor routes it to ``node_id`` as a cancel; its compute is credited."""
 
-    ROLES: ClassVar[Roles] = frozenset()
+    ROLES: ClassVar[Roles] = frozenset({Role.DECISION})
 
     node_id: str
     winner: int
@@ -585,13 +589,13 @@ class AttemptSuperseded(Event):
 class JobSucceeded(Event):
     """Terminal: the process exited 0 and every required output was stored."""
 
-    ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.SCHEDULER_INPUT})
+    ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.SCHEDULER_INPUT, Role.DECISION})
 
 
 class JobSucceededWithErrors(Event):
     """The process exited 0 but a declared output failed to store."""
 
-    ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.SCHEDULER_INPUT})
+    ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.SCHEDULER_INPUT, Role.DECISION})
 
     summary: str = ""
 
@@ -599,7 +603,7 @@ class JobSucceededWithErrors(Event):
 class JobFailed(Event):
     """Terminal: the failure was not retried (not retryable, or the retry budget is spent)."""
 
-    ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.SCHEDULER_INPUT})
+    ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.SCHEDULER_INPUT, Role.DECISION})
 
     failure_class: FailureClass
     attribution: Attribution = "user"
@@ -612,7 +616,7 @@ class JobFailed(Event):
 class JobCancelled(Event):
     """Terminal: the job was stopped on request."""
 
-    ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.SCHEDULER_INPUT})
+    ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.SCHEDULER_INPUT, Role.DECISION})
 
     summary: str = ""
 

@@ -12,20 +12,9 @@ from dataclasses import dataclass
 
 from projections import decisions
 from projections.history import unique
-from schemas.events import Event
+from schemas.events import Event, Role, with_role
 
-DECISION_TYPES = frozenset(
-    {
-        "FailureClassified",
-        "RetryScheduled",
-        "RetryWithdrawn",
-        "AttemptSuperseded",
-        "JobSucceeded",
-        "JobSucceededWithErrors",
-        "JobFailed",
-        "JobCancelled",
-    }
-)
+DECISION_TYPES = frozenset(cls.__name__ for cls in with_role(Role.DECISION))
 """Events the classifier and retry decider write (JobRejected is the scheduler's fact)."""
 
 

@@ -23,7 +23,7 @@ from projections.decisions import REACTS_TO, classifier_step, decider_step
 from projections.history import ENDING_EVENTS, STREAM_EVENTS
 from projections.job_state import project
 from schemas import events as ev
-from schemas.events import EVENT_TYPES, TERMINAL_EVENTS, Event, Role
+from schemas.events import EVENT_TYPES, TERMINAL_EVENTS, Event, Role, with_role
 from schemas.views import TERMINAL_STATUSES
 from services.processors.watchdog import ATTEMPT_ENDS, watch_of
 from services.scheduler import core
@@ -128,3 +128,16 @@ def test_reacts_to_is_the_triggers_and_what_the_decider_decides_on() -> None:
 
 def test_folded_is_what_the_scheduler_state_observes() -> None:
     assert _names(FOLDED) == _matched(SchedulerState.observe, core, skip="FOLDED")
+
+
+def test_decisions_are_what_the_classifier_and_decider_derive() -> None:
+    tree = ast.parse(inspect.getsource(decisions))
+    derived = {
+        call.func.value.id
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "derived"
+        and isinstance(call.func.value, ast.Name)
+    }
+    assert derived == _names(with_role(Role.DECISION))
