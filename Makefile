@@ -14,9 +14,10 @@ down:
 demo: up
 	.venv/bin/gridledger demo
 
-# pytest exits 5 when it collected nothing: a broken setup, never a pass.
+# pytest exits 5 when it collected nothing: a broken setup, never a pass. The 40 slowest
+# tests are listed at the end, so that each CI log says where the suite's time goes.
 test: up
-	.venv/bin/python -m pytest -q; rc=$$?; \
+	.venv/bin/python -m pytest -q --durations=40; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 lint: setup
