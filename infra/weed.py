@@ -5,6 +5,12 @@ SeaweedFS is a Go module with ``replace`` directives, so ``go install`` refuses 
 ``go build ./weed`` inside it works. The binary goes to ``<home>/bin/weed`` with a
 ``weed.version`` stamp beside it naming the version it was built from.
 
+The build is lean (:func:`make_lean`): the local stack runs only ``weed server`` with its
+master, volume server, filer and S3 gateway (``infra/seaweedfs.py``), so the copy's
+``weed/weed.go`` is replaced by ``infra/weed-lean/weed.go``, ``weed/command`` keeps only
+:data:`LEAN_COMMAND_FILES` and the plugins nothing configures (other filer stores,
+notification queues, credential stores and KMS) are not linked in.
+
 It is the longest step of a first run (minutes of compiling), so ``infra/setup.sh``
 starts it first, in the background, before the Debian packages, the venv and the
 images (``python3 infra/weed.py --home HOME``: this file needs no package of the
@@ -24,6 +30,7 @@ import argparse
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +48,29 @@ GO_TOOLCHAIN = "go1.26.8"
 """Toolchain fetched from the Go module proxy when no usable ``go`` is installed
 (Debian 12 ships Go 1.19); SeaweedFS at :data:`VERSION` needs Go >= 1.26.6."""
 BUILD_TIMEOUT_S = 3600
+BUILD_FLAGS = ("-trimpath", "-ldflags=-s -w")
+"""No file paths and no symbol or debug tables in the binary: a smaller file, a quicker link."""
+
+LEAN_SOURCES = Path(__file__).resolve().parent / "weed-lean"
+"""The lean main (``weed.go``, in place of SeaweedFS's own) and ``imports.go`` (the filer
+and credential stores it links)."""
+LEAN_COMMANDS = ("cmdServer", "cmdMaster", "cmdVolume", "cmdFiler", "cmdS3", "cmdVersion")
+"""The commands of the lean ``weed``: ``server`` and the four it starts, and ``version``."""
+LEAN_COMMAND_FILES = frozenset(
+    ("command.go", "shutdown.go", "version.go", "server.go", "master.go", "volume.go")
+    + ("filer.go", "s3.go")
+    # `weed server` declares the flags of its optional sftp, IAM, WebDAV and message
+    # queue servers too (never started here), so their option types stay.
+    + ("sftp.go", "iam.go", "webdav.go", "mq_broker.go", "mq_agent.go")
+)
+"""The files of ``weed/command`` the lean commands need (the rest, and its tests, go)."""
+LEAN_PLUGIN_KINDS = ("filer", "notification", "credential", "kms")
+"""Packages under ``weed/`` that register a plugin by a blank import ..."""
+LEAN_PLUGINS_KEPT = frozenset(
+    ("filer/leveldb2", "credential/filer_etc", "credential/memory", "kms/local")
+)
+"""... of which the lean build keeps these: the filer's default store (``leveldb2`` in its
+``-dir``), the S3 identities file's credential stores and the local KMS."""
 
 
 class BuildError(RuntimeError):
@@ -174,10 +204,60 @@ def _compile(go: str, target: Path, cache: Path, log: Path) -> None:
                 path = Path(folder) / name
                 if not path.is_symlink():
                     path.chmod(path.stat().st_mode | 0o200)
+        make_lean(source)
         partial = target.with_name("weed.partial")
-        _run([go, "build", "-o", str(partial), "./weed"], source, env, "go build ./weed", log)
+        _run(
+            [go, "build", *BUILD_FLAGS, "-o", str(partial), "./weed"],
+            source,
+            env,
+            "go build ./weed",
+            log,
+        )
         partial.replace(target)
     stamp_of(target).write_text(VERSION + "\n")
+
+
+_PLUGIN_KIND = "|".join(LEAN_PLUGIN_KINDS)
+_BLANK_PLUGIN_IMPORT = re.compile(
+    rf'^\s*_ "github\.com/seaweedfs/seaweedfs/weed/((?:{_PLUGIN_KIND})/[^"]+)".*\n', re.MULTILINE
+)
+_COMMANDS_LIST = re.compile(r"^var Commands = \[\]\*Command\{\n.*?^\}\n", re.MULTILINE | re.DOTALL)
+
+
+def make_lean(source: Path) -> None:
+    """Cut the writable copy ``source`` of the module down to the lean ``weed``.
+
+    A step that no longer matches the pinned sources (a renamed file or list) raises
+    :class:`BuildError` rather than building something else."""
+    weed_dir = source / "weed"
+    command = weed_dir / "command"
+    for path in command.iterdir():
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.name not in LEAN_COMMAND_FILES:
+            path.unlink()
+    missing = sorted(LEAN_COMMAND_FILES - {p.name for p in command.iterdir()})
+    commands = command / "command.go"
+    text = commands.read_text() if commands.is_file() else ""
+    lean_list = f"var Commands = []*Command{{{', '.join(LEAN_COMMANDS)}}}\n"
+    text, replaced = _COMMANDS_LIST.subn(lean_list, text)
+    if missing or replaced != 1:
+        raise BuildError(
+            f"the lean build does not fit {MODULE}@{VERSION}: weed/command lacks "
+            f"{missing or 'the Commands list'}; update LEAN_COMMAND_FILES in infra/weed.py"
+        )
+    commands.write_text(text)
+    shutil.copyfile(LEAN_SOURCES / "imports.go", command / "imports.go")
+    shutil.copyfile(LEAN_SOURCES / "weed.go", weed_dir / "weed.go")
+    for path in weed_dir.rglob("*.go"):
+        if path.name.endswith("_test.go"):
+            continue
+        text = path.read_text()
+        kept = _BLANK_PLUGIN_IMPORT.sub(
+            lambda m: m.group(0) if m.group(1) in LEAN_PLUGINS_KEPT else "", text
+        )
+        if kept != text:
+            path.write_text(kept)
 
 
 def _install(source: Path, binary: Path) -> None:

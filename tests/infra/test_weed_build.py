@@ -1,11 +1,14 @@
 """The object store's binary: a home takes the one its cache holds, a builder that waited for
-another finds the binary made, and setup's background build runs on the system python3 alone.
-(The compile itself, minutes long, runs in `dev up`, which CI does on a fresh machine.)"""
+another finds the binary made, setup's background build runs on the system python3 alone, and
+the lean build's cut fits the pinned sources. (The compile itself, minutes long, runs in
+`dev up`, which CI does on a fresh machine; the object store tests then run that binary.)"""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -73,3 +76,54 @@ def test_setups_background_build_runs_on_the_system_python_alone(tmp_path: Path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"weed {weed.VERSION}: copied from the cache in")
     assert weed.cached(tmp_path / "h" / "bin" / "weed")
+
+
+def pinned_sources() -> Path:
+    """The pinned module in the Go module cache, as the build downloads it."""
+    module = weed.cache_dir() / "go" / "mod" / f"{weed.MODULE}@{weed.VERSION}"
+    if not (module / "weed" / "command").is_dir():
+        from tests.conftest import in_ci
+
+        message = f"{module} is not there; `gridledger dev up` downloads it with the build"
+        if in_ci():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return module
+
+
+def test_the_lean_build_fits_the_pinned_sources(tmp_path: Path) -> None:
+    module = pinned_sources()
+    source = tmp_path / "src"
+    shutil.copytree(module / "weed" / "command", source / "weed" / "command")
+    for package in ("server", "s3api"):  # where the plugins the build cuts are imported
+        (source / "weed" / package).mkdir(parents=True)
+        for path in (module / "weed" / package).glob("*.go"):
+            shutil.copyfile(path, source / "weed" / package / path.name)
+    for path in source.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    weed.make_lean(source)
+
+    command = source / "weed" / "command"
+    assert {p.name for p in command.iterdir()} == weed.LEAN_COMMAND_FILES | {"imports.go"}
+    lists = re.findall(r"^var Commands = .*$", (command / "command.go").read_text(), re.M)
+    assert lists == [f"var Commands = []*Command{{{', '.join(weed.LEAN_COMMANDS)}}}"]
+    assert (source / "weed" / "weed.go").read_bytes() == (
+        weed.LEAN_SOURCES / "weed.go"
+    ).read_bytes()
+    plugins = set()
+    for path in source.rglob("*.go"):
+        if not path.name.endswith("_test.go"):
+            plugins |= set(weed._BLANK_PLUGIN_IMPORT.findall(path.read_text()))
+    assert plugins == weed.LEAN_PLUGINS_KEPT, "a plugin nothing configures is still linked"
+    # The full build's filer server registers every store: the cut took them out.
+    original = (module / "weed" / "server" / "filer_server.go").read_text()
+    assert "weed/filer/cassandra" in original
+    assert "weed/filer/cassandra" not in (source / "weed/server/filer_server.go").read_text()
+
+
+def test_a_lean_build_that_no_longer_fits_says_which_file_is_missing(tmp_path: Path) -> None:
+    command = tmp_path / "src" / "weed" / "command"
+    command.mkdir(parents=True)
+    (command / "command.go").write_text("package command\n\nvar Commands = []*Command{\n}\n")
+    with pytest.raises(weed.BuildError, match=r"weed/command lacks \[.*'server.go'"):
+        weed.make_lean(tmp_path / "src")
