@@ -97,6 +97,21 @@ def builder(model: type[BaseModel]) -> Builder:
     return build
 
 
+_M = typing.TypeVar("_M", bound=BaseModel)
+
+
+def construct(model: type[_M], values: dict[str, Any]) -> _M:
+    """A ``model`` whose ``__dict__`` is ``values``: every field, each already of its
+    type (nested models built). What a fold that checked its values itself freezes
+    into (``projections.fold``)."""
+    obj = model.__new__(model)
+    _set(obj, "__dict__", values)
+    _set(obj, "__pydantic_fields_set__", set(values))
+    _set(obj, "__pydantic_extra__", None)
+    _set(obj, "__pydantic_private__", None)
+    return obj
+
+
 # --------------------------------------------------------------------------- stored JSON
 
 
