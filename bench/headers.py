@@ -24,7 +24,7 @@ def _per_event_us(fn: Callable[[Event], object], events: list[Event]) -> float:
 
 def _routing_only(event: Event) -> list[tuple[str, bytes]]:
     """The headers before the CloudEvents ones were added: type, fingerprint, content type."""
-    common, _ = codec._record_headers(codec._record_name(event))  # noqa: SLF001 - the baseline
+    common, _ = codec._record_headers(codec.record_name(event))  # noqa: SLF001 - the baseline
     return list(common)
 
 

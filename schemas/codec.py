@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
 from urllib.parse import quote
@@ -99,7 +100,25 @@ def check_stored_schemas() -> list[str]:
     return problems
 
 
-def _to_avro(obj: BaseModel) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Datum:
+    """A view's Avro datum made straight from the state it was folded in
+    (``projections.fold.JobState.datum``): encoded as it is, with no model and no
+    ``model_dump`` in between. Encodes, and carries headers, as the view ``record`` would."""
+
+    record: str
+    """The view's record name (``JobView``)."""
+    job_id: str
+    value: dict[str, Any]
+
+
+Encodable = BaseModel | Datum
+"""What :func:`encode` and :func:`headers` take."""
+
+
+def _to_avro(obj: Encodable) -> dict[str, Any]:
+    if isinstance(obj, Datum):
+        return obj.value
     data = obj.model_dump()
     if isinstance(obj, Event):
         envelope = {name: data.pop(name) for name in ENVELOPE_FIELDS}
@@ -107,16 +126,17 @@ def _to_avro(obj: BaseModel) -> dict[str, Any]:
     return data
 
 
-def _record_name(obj: BaseModel) -> str:
-    name = type(obj).__name__
+def record_name(obj: Encodable) -> str:
+    """The record ``obj`` is encoded as: its model's name (a :class:`Datum` names it)."""
+    name = obj.record if isinstance(obj, Datum) else type(obj).__name__
     if name not in EVENT_TYPES and name not in VIEW_TYPES:
         raise EventEncodeError(f"{name} is not a registered event or view")
     return name
 
 
-def encode(obj: BaseModel) -> bytes:
+def encode(obj: Encodable) -> bytes:
     """Single-object Avro encoding of an event or a view."""
-    schema = registry().readers[_record_name(obj)]
+    schema = registry().readers[record_name(obj)]
     buf = io.BytesIO()
     buf.write(MAGIC)
     buf.write(schema.fingerprint.to_bytes(8, "little"))
@@ -145,13 +165,13 @@ def _ce_source(producer: str) -> bytes:
     return (CE_SOURCE_PREFIX + ("/" + quote(producer, safe="/") if producer else "")).encode()
 
 
-def headers(obj: BaseModel) -> list[tuple[str, bytes]]:
+def headers(obj: Encodable) -> list[tuple[str, bytes]]:
     """Kafka headers: the record type and writer-schema fingerprint, readable without
     decoding; for an event also its CloudEvents attributes in binary content mode
     (``ce_specversion``, ``ce_id`` = event id, ``ce_source``, ``ce_type``, ``ce_time`` =
     ``occurred_at``, ``ce_subject`` = the key: the job id, or the node id of a node event).
     Views (on the compacted topics) are no events and carry no ``ce_*`` header."""
-    common, ce_type = _record_headers(_record_name(obj))
+    common, ce_type = _record_headers(record_name(obj))
     if not isinstance(obj, Event):
         return list(common)
     time = obj.occurred_at.isoformat()

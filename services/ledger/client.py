@@ -278,7 +278,8 @@ class LedgerOperations:
                 kept.append(record)
                 continue
             topic, _, value = item
-            why = f"{type(value).__name__} of {size:,} bytes is over {topic}'s limit of {limit:,}"
+            kind = codec.record_name(value) if value is not None else "a deletion"
+            why = f"{kind} of {size:,} bytes is over {topic}'s limit of {limit:,}"
             unsent = Unsent(topic, record[1], record[2])
             await retrying(
                 partial(self.dead_letter, unsent, why, consumer, "unpublishable"),
@@ -293,7 +294,7 @@ class LedgerOperations:
         """The RecordRefused fact of ``item`` (parked by :meth:`within_limit`), derived by
         ``by`` from ``cause``: the same every time the same record is refused."""
         suffix = item[0].removeprefix(self.settings.topic_prefix)
-        kind = type(item[2]).__name__
+        kind = "" if item[2] is None else codec.record_name(item[2])
         return RecordRefused.derived(
             cause,
             by,

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from pydantic import BaseModel
 
+from schemas.codec import Datum
 from schemas.events import Event
 from services.backoff import Outage
 from services.settings import Settings
@@ -38,9 +39,10 @@ from services.settings import Settings
 if TYPE_CHECKING:
     from services.ledger.subscription import Subscription
 
-Keyed = tuple[str, str, BaseModel | None]
+Keyed = tuple[str, str, BaseModel | Datum | None]
 """(full topic name, key, value): a value whose topic and key are the caller's choice
-(a node command routed by node, a job's view on a compacted topic); None deletes."""
+(a node command routed by node, a job's view on a compacted topic, maybe as the
+:class:`~schemas.codec.Datum` of its fold); None deletes."""
 
 Encoded = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]
 """(full topic name, key, value, headers) already encoded (the agent's spool, dead letters)."""

@@ -21,11 +21,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol, TypeVar
 
-from pydantic import BaseModel
-
 from projections.accounting import AttemptMemo, account
 from projections.decisions import REACTS_TO, react
-from projections.job_state import evolve, project
+from projections.fold import JobState, fold
 from schemas import codec
 from schemas.errors import EventDecodeError
 from schemas.events import (
@@ -41,7 +39,7 @@ from services.backoff import retrying
 from services.clock import utcnow
 from services.ledger import LedgerPort
 from services.ledger.client import broker_unavailable, encoded, heard_at
-from services.ledger.port import Encoded
+from services.ledger.port import Encoded, Keyed
 from services.ops import metrics
 from services.ops.logs import attach_context, event_context
 from services.processors import dispatch
@@ -68,7 +66,7 @@ class Record(Protocol):
 class Batch:
     """What one batch leads to, sent when the whole batch has been read."""
 
-    sends: list[tuple[str, str, BaseModel]] = field(default_factory=list)
+    sends: list[Keyed] = field(default_factory=list)
     """(topic, key, value) of derived events and node commands, in decision order."""
     views: dict[str, int] = field(default_factory=dict)
     """Job -> offset of its latest job-event in the batch (state)."""
@@ -101,8 +99,9 @@ class Step:
         self.handlers: list[Handler] = [
             partial(on, self) for name in chosen if (on := PROCESSORS[name]) is not None
         ]
-        self._views: dict[str, tuple[float, JobView]] = {}
-        """Job -> (read offset, view as of it): each job-event is folded once."""
+        self._states: dict[str, tuple[float, JobState]] = {}
+        """Job -> (read offset, its state folded up to it, in place): each job-event is
+        folded once, and frozen into a JobView only when one is asked for."""
         self._accounts: dict[str, AttemptMemo] = {}
         """Job -> its attempts' accounting as last computed: only a changed attempt is
         accounted again (``account(memo=...)``)."""
@@ -193,7 +192,8 @@ class Step:
         decisions = len(sends)
         state = self.settings.topic("job-state")
         for job_id, offset in batch.views.items():
-            sends.append((state, job_id, self.view(job_id, offset)))
+            datum = self.state(job_id, offset).datum()
+            sends.append((state, job_id, codec.Datum("JobView", job_id, datum)))
         accounting = self.settings.topic("accounting")
         settled: dict[str, bool] = {}
         for job_id in batch.accounts:
@@ -219,7 +219,7 @@ class Step:
                 max(0.0, time.time() - batch.newest_s)
             )
 
-    async def within_limit(self, sends: list[tuple[str, str, BaseModel]]) -> list[Encoded]:
+    async def within_limit(self, sends: list[Keyed]) -> list[Encoded]:
         """The sends encoded, none over the topic's limit (:meth:`LedgerOperations.within_limit`
         parks such a one); for a job that has not ended, a RecordRefused takes its place,
         on which the retry decider ends the job ``record_refused``."""
@@ -237,37 +237,44 @@ class Step:
 
     def _forget(self, job_id: str) -> None:
         """The store dropped the job's history: drop the view and accounting derived from it."""
-        self._views.pop(job_id, None)
+        self._states.pop(job_id, None)
         self._accounts.pop(job_id, None)
 
     # ----------------------------------------------------------------------- views
 
-    def view(self, job_id: str, offset: float) -> JobView:
-        """The job's view as of read offset ``offset``, folded on from the cached one."""
+    def state(self, job_id: str, offset: float) -> JobState:
+        """The job's state as of read offset ``offset``, folded on from the cached one
+        (the cached one itself, changed in place; a fresh one for an earlier offset)."""
         job = self.store.log(job_id)
-        cached = self._views.get(job_id)
+        cached = self._states.get(job_id)
         if cached is not None and cached[0] <= offset:
-            view = cached[1]
-            for event in job.between(cached[0], offset):
-                view = evolve(view, event)
+            state: JobState | None = fold(job.between(cached[0], offset), cached[1])
         else:
-            view = project(job.prefix(offset))
-            if cached is not None:
-                return view  # an earlier offset (a redelivery): keep the later view cached
-        self._views[job_id] = (offset, view)
-        return view
+            state = fold(job.prefix(offset))
+        if state is None:
+            raise ValueError(f"job {job_id!r} has no event up to offset {offset}")
+        if cached is None or cached[0] <= offset:
+            self._states[job_id] = (offset, state)
+        return state  # an earlier offset (a redelivery): the later state stays cached
+
+    def view(self, job_id: str, offset: float) -> JobView:
+        """The job's view as of read offset ``offset`` (``project(job.prefix(offset))``)."""
+        return self.state(job_id, offset).freeze()
 
     def latest_view(self, job_id: str) -> JobView:
         """The view of every known event of the job (``project(job.read())``), including
-        this process's appends not yet read back, which are folded on but not cached."""
+        this process's appends not yet read back, which are folded on a copy."""
         job = self.store.log(job_id)
         read = bisect.bisect_left(job.offsets, LOCAL)
         if read == 0:
-            return project(job.events)
-        view = self.view(job_id, job.offsets[read - 1])
-        for event in job.events[read:]:
-            view = evolve(view, event)
-        return view
+            state = fold(job.events)
+        else:
+            state = self.state(job_id, job.offsets[read - 1])
+            if read < len(job.events):
+                state = fold(job.events[read:], state.copy())
+        if state is None:
+            raise ValueError(f"job {job_id!r} has no event")
+        return state.freeze()
 
     # ----------------------------------------------------------------------- processors
 

@@ -3,7 +3,7 @@
 This is the in-memory half of ``gridledger replay --verify`` (the other half
 rebuilds the Postgres read models with the sink's writer): read the topics the
 folds consume from offset 0, fold each job's job-events with
-``projections.job_state.project``, account it with the sink's
+``projections.fold`` (equal to ``projections.job_state.project``), account it with the sink's
 ``account``/``default_policy`` (the accounting processor's functions), and
 optionally derive its decisions (``projections.decisions.react_all``) and judge
 the view the state processor published on ``job-state``.
@@ -33,6 +33,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from projections import job_state
+from projections.fold import fold
 from schemas.errors import LedgerError
 from schemas.events import Event, MeterTick
 from schemas.topics import FOLDED_TOPICS
@@ -144,11 +145,9 @@ def judge(view: JobView, history: Sequence[Event]) -> str:
 
 
 def _fold(job_id: str, history: Sequence[Event]) -> JobView | None:
-    """The sink's fold: ``evolve`` from its starting point (``new_view``)."""
-    view = new_view(job_id)
-    for event in history:
-        view = job_state.evolve(view, event)
-    return view
+    """The sink's fold (``projections.fold``, which equals ``evolve`` from ``new_view``)."""
+    state = fold(history)
+    return None if state is None else state.freeze()
 
 
 async def rebuild_partitions(
@@ -183,7 +182,9 @@ async def _rebuild(ledger: Ledger, partitions: Sequence[int] | None, options: Op
         out.records[suffix] = count
     policy = default_policy()
     for job_id, history in histories.items():
-        view = job_state.project(history)
+        state = fold(history)
+        assert state is not None  # a job is in ``histories`` once it has an event
+        view = state.freeze()
         accounted = account(history, ticks.get(job_id, []), policy, view=view)
         out.statuses[job_id] = view.status
         if options.keep_models:

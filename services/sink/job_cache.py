@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from projections.fold import JobState
 from schemas.events import Event, MeterTick
 from schemas.views import JobView
 from services.sink import rows
@@ -40,16 +41,22 @@ class CachedJob:
 
     seq: int = 0
     """The job's highest ``job_events.seq`` (0: no event stored yet)."""
-    view: JobView | None = None
-    """``jobs.view``: the fold of ``history``."""
+    fold: JobState | None = None
+    """The fold of ``history`` (``jobs.view`` is its frozen view), changed in place."""
     history: list[Event] = field(default_factory=list)
     """The stored job-events in ``seq`` order."""
     ticks: dict[tuple[int, int], MeterTick] = field(default_factory=dict)
     """The stored meter ticks by (attempt, tick_index)."""
 
+    @property
+    def view(self) -> JobView | None:
+        """``jobs.view``: the fold frozen (once per change)."""
+        return None if self.fold is None else self.fold.freeze()
+
     def copy(self) -> CachedJob:
         """A copy a batch may change; the cache keeps the original until the batch commits."""
-        return CachedJob(self.seq, self.view, list(self.history), dict(self.ticks))
+        state = None if self.fold is None else self.fold.copy()
+        return CachedJob(self.seq, state, list(self.history), dict(self.ticks))
 
     def sorted_ticks(self) -> list[MeterTick]:
         """The ticks in the table's key order (what ``ORDER BY attempt, tick_index`` gives)."""
@@ -79,7 +86,7 @@ async def load_states(
         "SELECT job_id, view FROM jobs WHERE job_id = ANY($1::text[])",
         [j for j, s in states.items() if s.seq],
     ):
-        states[r["job_id"]].view = rows.from_stored(JobView, r["view"])
+        states[r["job_id"]].fold = JobState.of(rows.from_stored(JobView, r["view"]))
     for r in await conn.fetch(
         "SELECT job_id, attempt, tick_index, payload FROM meter_ticks "
         "WHERE job_id = ANY($1::text[]) AND NOT event_id = ANY($2::text[])",

@@ -24,8 +24,9 @@ from typing import TypeVar
 
 import asyncpg
 
-from projections import accounting, job_state, prices
+from projections import accounting, prices
 from projections.accounting import AccountingPolicy
+from projections.fold import fold
 from projections.prices import PriceBook
 from schemas.events import Event, LogChunk, MeterTick, NodeEvent, PriceCatalogPublished
 from schemas.topics import STORED_TOPICS
@@ -234,21 +235,22 @@ class _Batch:
         failure row."""
         job_id = event.job_id
         state = self.states[job_id]
-        if job_state.resubmission(state.view, event):
+        folded = state.fold
+        if folded is not None and folded.resubmission(event):
             # Not the job's history: the first job stays as it was, with an anomaly.
-            state.view = job_state.evolve(state.view, event)
+            folded.apply(event)
             self.changed_views.add(job_id)
             return
         state.seq += 1
         event_rows.append(rows.job_event_row(event, state.seq))
         state.history.append(event)
-        view = state.view
-        evolved = job_state.evolve(view, event)
-        if evolved.failure is not None and evolved.failure != (view.failure if view else None):
-            failure = rows.failure_row(evolved, event)
+        before = folded.failure if folded is not None else None
+        state.fold = folded = fold([event], folded)
+        assert folded is not None  # one event folded
+        if folded.failure is not None and folded.failure != before:
+            failure = rows.failure_row(folded.freeze(), event)
             if failure is not None:
                 self.failures.append(failure)
-        state.view = evolved
         self.changed_views.add(job_id)
         self.accounting_due.add(job_id)
 
