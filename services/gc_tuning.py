@@ -6,7 +6,8 @@ objects than reference cycles, and Python's default thresholds (700, 10, 10) mak
 the collector re-scan the survivors over and over: in the sink it took about a third
 of the CPU per record (``python -m bench.sink``: ~20 us of ~70 us per record); in a
 rebuild of 65,000 records it doubled the CPU of reading and decoding (1.5 s against
-0.7 s; 0.8 s with these settings).
+0.7 s; 0.8 s with these settings). The processors worker holds each job's folded
+state and history the same way (``services/cli/processors.py``).
 """
 
 from __future__ import annotations

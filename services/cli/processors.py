@@ -45,6 +45,7 @@ def processors(only: list[str], app_id: str | None, log_level: str) -> int:
 
 
 async def _serve(only: list[str], app_id: str | None) -> None:
+    from services.gc_tuning import tuned_gc
     from services.ops.server import ops_server, stop_on_signals
     from services.processors import build_processors
     from services.processors.endpoints import processors_endpoints
@@ -58,7 +59,10 @@ async def _serve(only: list[str], app_id: str | None) -> None:
     print(f"processors {','.join(workers.only)} running as {workers.app_id}", flush=True)
     stopping = asyncio.ensure_future(stop.wait())
     crashing = asyncio.ensure_future(workers.crashed.wait())
-    await asyncio.wait({stopping, crashing}, return_when=asyncio.FIRST_COMPLETED)
+    # It holds many jobs' folded states and histories (services/processors/store.py): the
+    # default collector re-scanned them ~10 us per record (bench/README.md, "The fold").
+    with tuned_gc():
+        await asyncio.wait({stopping, crashing}, return_when=asyncio.FIRST_COMPLETED)
     if workers.crashed.is_set():
         # No graceful stop: nothing of the failed batch may be committed. The next
         # worker rebuilds from the topics and re-processes it.

@@ -1,0 +1,117 @@
+"""The job fold and the view encoding on their own: CPU per event, spec against fast path.
+
+    python -m bench.fold [EVENTS]
+
+No broker, no Postgres: the simulated histories of the pipeline, replay and sink loads
+(``bench.load.histories``), folded the way each hot path folds them, timed on the
+process's CPU clock (steadier than wall time on a shared machine), best of 3:
+
+- ``evolve``: ``projections.job_state.evolve`` event by event (the specification; what
+  the hot paths ran before ``projections.fold``); ``fold``: one ``JobState`` per job,
+  changed in place. Both publish the job's view as the processors do: frozen after
+  every ``--every`` events (a batch) and at the end.
+- ``encode``: the published views as ``codec.encode(view)`` (``model_dump``) against
+  ``codec.encode(Datum(state.datum()))`` (straight from the state).
+
+Writes ``bench/results/fold.json`` (``--out`` elsewhere). Not part of ``gridledger bench``:
+it measures one function pair, not a service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS
+from bench.load import histories
+from projections.fold import JobState, fold
+from projections.job_state import evolve
+from schemas import codec
+from schemas.events import Event
+from schemas.views import JobView
+
+
+def _cpu(run: Callable[[], object], repeat: int = 3) -> float:
+    """Best CPU seconds of ``repeat`` runs."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.process_time()
+        run()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def _published(jobs: list[list[Event]], every: int, fast: bool) -> list[JobView]:
+    """Each job folded by ``evolve`` or by the fast fold, its view published (frozen)
+    after every ``every`` events and at its end; the final views."""
+    out = []
+    for history in jobs:
+        view: JobView | None = None
+        state: JobState | None = None
+        for i, event in enumerate(history, 1):
+            if fast:
+                state = fold([event], state)
+            else:
+                view = evolve(view, event)
+            if state is not None and (i % every == 0 or i == len(history)):
+                view = state.freeze()
+        if view is not None:
+            out.append(view)
+    return out
+
+
+def _states(jobs: list[list[Event]]) -> list[JobState]:
+    return [s for h in jobs if (s := fold(h)) is not None]
+
+
+def measure(events: int, every: int) -> dict[str, Any]:
+    """The figures of ``events`` simulated events (whole jobs)."""
+    jobs = histories(events)
+    n = sum(len(h) for h in jobs)
+    finals = _published(jobs, every, fast=False)
+    if _published(jobs, every, fast=True) != finals:
+        raise AssertionError("the fast fold differs from evolve on the bench histories")
+    states = _states(jobs)
+    evolve_s = _cpu(lambda: _published(jobs, every, fast=False))
+    fold_s = _cpu(lambda: _published(jobs, every, fast=True))
+    dump_s = _cpu(lambda: [codec.encode(v) for v in finals])
+    datum_s = _cpu(
+        lambda: [codec.encode(codec.Datum("JobView", s.job_id, s.datum())) for s in states]
+    )
+    same = all(
+        codec.encode(v) == codec.encode(codec.Datum("JobView", s.job_id, s.datum()))
+        for v, s in zip(finals, states, strict=True)
+    )
+    return {
+        "events": n,
+        "jobs": len(jobs),
+        "views_published_every": every,
+        "evolve_us_per_event": evolve_s / n * 1e6,
+        "fold_us_per_event": fold_s / n * 1e6,
+        "evolve_over_fold": evolve_s / fold_s,
+        "encode_model_dump_us_per_view": dump_s / len(finals) * 1e6,
+        "encode_datum_us_per_view": datum_s / len(states) * 1e6,
+        "model_dump_over_datum": dump_s / datum_s,
+        "same_bytes": same,
+    }
+
+
+def main() -> None:
+    """``python -m bench.fold``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("events", nargs="?", type=int, default=50_000)
+    parser.add_argument("--every", type=int, default=4, help="events between published views")
+    parser.add_argument("--out", type=Path, default=RESULTS / "fold.json")
+    args = parser.parse_args()
+    result = measure(args.events, args.every)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    for key, value in result.items():
+        print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()
