@@ -364,6 +364,18 @@ class LedgerOperations:
 
         return Subscription(self, topics, **how)
 
+    async def follow(
+        self, topic_suffix: str, *, key: str | None = None, consumer_name: str = "follower"
+    ) -> AsyncIterator[LedgerRecord]:
+        """Follow a topic live from its beginning (no group); with ``key``, only that key's
+        values. A reader that only looks: a record that does not decode is skipped (its
+        topic's owner parks it), and an outage is waited out as by any subscription."""
+        topics = [self.settings.topic(topic_suffix)]
+        async with self.subscribe(topics, name=consumer_name, key=key, parks=False) as live:
+            async for batch in live:
+                for record in batch.records:
+                    yield record
+
     def open_consumer(self, group_id: str | None = None, **options: Any) -> Any:
         """A consumer (not started) for a subscription: the ledger's primitive."""
         raise NotImplementedError
@@ -731,39 +743,5 @@ class Ledger(LedgerOperations):
                     for tp in list(pending):
                         if await consumer.position(tp) >= ends[tp]:
                             pending.discard(tp)
-        finally:
-            await consumer.stop()
-
-    async def follow(
-        self,
-        topic_suffix: str,
-        *,
-        key: str | None = None,
-        from_beginning: bool = True,
-        consumer_name: str = "follower",
-        dead_letter: bool = False,
-    ) -> AsyncIterator[LedgerRecord]:
-        """Follow a topic live (without a group); with ``key``, only that key's partition."""
-        topic = self.settings.topic(topic_suffix)
-        count = await self.partitions(topic)
-        parts = [partition_for(key, count)] if key is not None else list(range(count))
-        tps = [TopicPartition(topic, p) for p in parts]
-        consumer = self.consumer()
-        await consumer.start()
-        try:
-            consumer.assign(tps)
-            if from_beginning:
-                await consumer.seek_to_beginning(*tps)
-            else:
-                await consumer.seek_to_end(*tps)
-            while True:
-                batch = await consumer.getmany(*tps, timeout_ms=200)
-                for raws in batch.values():
-                    for raw in raws:
-                        if key is not None and raw.key != key.encode():
-                            continue
-                        record = await self.decode(raw, consumer_name, dead_letter)
-                        if record is not None:
-                            yield record
         finally:
             await consumer.stop()

@@ -254,13 +254,7 @@ class LedgerPort(Protocol):
         ...
 
     def follow(
-        self,
-        topic_suffix: str,
-        *,
-        key: str | None = None,
-        from_beginning: bool = True,
-        consumer_name: str = "follower",
-        dead_letter: bool = False,
+        self, topic_suffix: str, *, key: str | None = None, consumer_name: str = "follower"
     ) -> AsyncIterator[LedgerRecord]:
-        """Follow a topic live; with ``key``, only that key's values."""
+        """Follow a topic live from its beginning; with ``key``, only that key's values."""
         ...

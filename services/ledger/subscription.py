@@ -58,7 +58,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from schemas.errors import EventDecodeError, LedgerError
 from services.backoff import retrying
-from services.ledger.client import partition_for
+from services.ledger.client import partition_for, skipped
 from services.ledger.errors import LedgerRefusedError, broker_unavailable
 from services.ledger.port import LedgerRecord, RawRecord
 
@@ -228,6 +228,7 @@ class Subscription:
         key: str | None = None,
         wanted: Callable[[RawRecord], bool] | None = None,
         decode: bool = True,
+        parks: bool = True,
         ahead: bool = False,
         max_records: int = 500,
         wait_ms: int = 200,
@@ -245,6 +246,8 @@ class Subscription:
         self.wanted = wanted
         """Which records to decode (the others are skipped unread; not with ``ahead``)."""
         self.decode = decode
+        self.parks = parks
+        """Park what does not decode (the topic's owner); False: skip it (a reader)."""
         self.ahead = ahead
         """Read and decode the next batch while the handler works on this one."""
         self.max_records = max_records
@@ -330,7 +333,10 @@ class Subscription:
                             ready.append(self._batch(True, []))
                     batch = ready.popleft()
                     for raw, error in batch.bad:
-                        await self.park(raw, error, "undecodable")
+                        if self.parks:
+                            await self.park(raw, error, "undecodable")
+                        else:
+                            skipped(raw, self.name, error)
                     if self.ahead and ahead is None and not ready:
                         ahead = asyncio.ensure_future(self._read(consumer))
                     async with self._in_batch:

@@ -293,31 +293,6 @@ class FakeLedger(LedgerOperations):
                 out[record.key] = record
         return out
 
-    async def follow(
-        self,
-        topic_suffix: str,
-        *,
-        key: str | None = None,
-        from_beginning: bool = True,
-        consumer_name: str = "follower",
-        dead_letter: bool = False,
-    ) -> AsyncIterator[LedgerRecord]:
-        topic = self.settings.topic(topic_suffix)
-        count = await self.partitions(topic)
-        parts = [partition_for(key, count)] if key is not None else list(range(count))
-        at = {p: 0 if from_beginning else len(self.logs.get((topic, p), [])) for p in parts}
-        while True:
-            appended = self.appended
-            for p in parts:
-                stored = self.logs.get((topic, p), [])
-                for raw in stored[at[p] :]:
-                    if key is None or raw.key == key.encode():
-                        record = await self.decode(raw, consumer_name, dead_letter)
-                        if record is not None:
-                            yield record
-                at[p] = len(stored)
-            await appended.wait()
-
     # ----------------------------------------------------------------------- for tests
 
     def take(self, topics: Iterable[str], most: int) -> list[FakeRecord]:
