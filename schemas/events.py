@@ -87,6 +87,9 @@ class Role(StrEnum):
     """The classifier or the retry decider derives it (``projections.decisions``); replay
     compares these with what the current rules imply
     (``services.replay.decisions.DECISION_TYPES``)."""
+    TO_NODE = "to_node"
+    """The dispatch processor turns it into a command to a node; nothing else goes to one
+    (``services.processors.dispatch.TO_NODE``)."""
     SCHEDULER_INPUT = "scheduler_input"
     """The scheduler's state folds it; it skips every other type undecoded
     (``services.scheduler.core.FOLDED``)."""
@@ -234,7 +237,7 @@ class JobQueued(Event):
 class AttemptScheduled(Event):
     """The scheduler placed an attempt on a node. Also routed to node-commands."""
 
-    ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT})
+    ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT, Role.TO_NODE})
 
     SCHEMA_VERSION: ClassVar[int] = 4
     """v2 added ``avoidance`` and ``reason`` (v1 payloads decode with none and ""); v3 the
@@ -509,7 +512,7 @@ class RecordRefused(Event):
 class CancelRequested(Event):
     """Someone asked for the job to stop; dispatch routes it to the node that runs it."""
 
-    ROLES: ClassVar[Roles] = frozenset({Role.DECIDER_INPUT, Role.SCHEDULER_INPUT})
+    ROLES: ClassVar[Roles] = frozenset({Role.DECIDER_INPUT, Role.SCHEDULER_INPUT, Role.TO_NODE})
 
     requested_by: str = ""
     reason: str = ""
@@ -578,7 +581,7 @@ class AttemptSuperseded(Event):
     """Attempt ``attempt`` must stop: another attempt's result won (``winner``). The
     dispatch processor routes it to ``node_id`` as a cancel; its compute is credited."""
 
-    ROLES: ClassVar[Roles] = frozenset({Role.DECISION})
+    ROLES: ClassVar[Roles] = frozenset({Role.DECISION, Role.TO_NODE})
 
     node_id: str
     winner: int

@@ -24,9 +24,14 @@ from schemas.events import (
     ComputeReleased,
     DispatchTimedOut,
     Event,
+    Role,
+    with_role,
 )
 
 PROCESSOR = "dispatch"
+
+TO_NODE = with_role(Role.TO_NODE)
+"""The job-events :func:`commands_for` may send to a node; it sends nothing for any other."""
 
 
 def _attempt_over(events: Sequence[Event], attempt: int) -> bool:

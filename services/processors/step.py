@@ -28,9 +28,6 @@ from schemas import codec
 from schemas.errors import EventDecodeError
 from schemas.events import (
     AttemptHeartbeat,
-    AttemptScheduled,
-    AttemptSuperseded,
-    CancelRequested,
     Event,
     MeterTick,
 )
@@ -280,7 +277,7 @@ class Step:
 
     def on_dispatch(self, job_id: str, offset: int, event: Event, batch: Batch) -> None:
         """Route what goes to a node (placements, cancels, supersessions) as node commands."""
-        if not isinstance(event, AttemptScheduled | CancelRequested | AttemptSuperseded):
+        if not isinstance(event, dispatch.TO_NODE):
             return  # nothing else goes to a node
         job = self.store.log(job_id)
         for command in dispatch.commands_for(job.prefix(offset), job.events, event, utcnow()):

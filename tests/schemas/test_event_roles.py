@@ -14,6 +14,7 @@ import ast
 import inspect
 import textwrap
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, get_args
 
 import pytest
@@ -25,6 +26,7 @@ from projections.job_state import project
 from schemas import events as ev
 from schemas.events import EVENT_TYPES, TERMINAL_EVENTS, Event, Role, with_role
 from schemas.views import TERMINAL_STATUSES
+from services.processors.dispatch import TO_NODE, commands_for
 from services.processors.watchdog import ATTEMPT_ENDS, watch_of
 from services.scheduler import core
 from services.scheduler.core import FOLDED, SchedulerState
@@ -33,10 +35,10 @@ from tests.schemas.samples import sample
 JOB_EVENTS = [cls for cls in EVENT_TYPES.values() if not issubclass(cls, STREAM_EVENTS)]
 
 
-def _event(cls: type[Event], attempt: int = 1) -> Event:
+def _event(cls: type[Event], attempt: int = 1, **fields: object) -> Event:
     """A filled-in ``cls`` of job ``j``, attempt ``attempt``, with an id of its own."""
-    fields = {"job_id": "j", "attempt": attempt, "event_id": f"{cls.__name__}-{attempt}"}
-    made: Event = sample(cls).model_copy(update=fields)
+    own = {"job_id": "j", "attempt": attempt, "event_id": f"{cls.__name__}-{attempt}"}
+    made: Event = sample(cls).model_copy(update=own | fields)
     return made
 
 
@@ -141,3 +143,15 @@ def test_decisions_are_what_the_classifier_and_decider_derive() -> None:
         and isinstance(call.func.value, ast.Name)
     }
     assert derived == _names(with_role(Role.DECISION))
+
+
+def test_to_node_is_what_dispatch_sends_to_a_node() -> None:
+    now = SCHEDULED.dispatch_deadline - timedelta(days=1)  # not too late to place
+    sent = set()
+    for cls in JOB_EVENTS[1:]:
+        # A cancel as the user asks for it: the node is dispatch's to fill in.
+        event = _event(cls, node_id="") if cls is ev.CancelRequested else _event(cls)
+        before = [SUBMITTED] if cls is ev.AttemptScheduled else [SUBMITTED, SCHEDULED]
+        if commands_for([*before, event], [*before, event], event, now):
+            sent.add(cls)
+    assert _names(sent) == _names(TO_NODE)
