@@ -21,7 +21,7 @@ import pytest
 
 from projections import classes, decisions, job_state
 from projections.decisions import REACTS_TO, classifier_step, decider_step
-from projections.history import ENDING_EVENTS, STREAM_EVENTS
+from projections.history import ENDING_EVENTS, STREAM_EVENTS, E
 from projections.job_state import project
 from schemas import events as ev
 from schemas.events import EVENT_TYPES, TERMINAL_EVENTS, Event, Role, with_role
@@ -35,10 +35,10 @@ from tests.schemas.samples import sample
 JOB_EVENTS = [cls for cls in EVENT_TYPES.values() if not issubclass(cls, STREAM_EVENTS)]
 
 
-def _event(cls: type[Event], attempt: int = 1, **fields: object) -> Event:
+def _event(cls: type[E], attempt: int = 1, **fields: object) -> E:
     """A filled-in ``cls`` of job ``j``, attempt ``attempt``, with an id of its own."""
     own = {"job_id": "j", "attempt": attempt, "event_id": f"{cls.__name__}-{attempt}"}
-    made: Event = sample(cls).model_copy(update=own | fields)
+    made: E = sample(cls).model_copy(update=own | fields)
     return made
 
 
