@@ -216,16 +216,23 @@ def _advice(
 
 
 def rejected(
-    cause: Event, report: FitReport, *, by: str, producer: str, now: datetime, suffix: str = ""
+    cause: Event,
+    report: FitReport,
+    *,
+    by: str,
+    producer: str,
+    now: datetime,
+    suffix: str = "",
+    leader_epoch: int = 0,
 ) -> JobRejected:
     """The JobRejected(does_not_fit) for a report that does not fit: the one builder.
 
     Derived by ``by`` from the event that led to the check (the JobSubmitted at
     pre-flight; the JobQueued when the fleet was empty at submit and the check ran
     once a node registered, with ``suffix`` "reject"), written by ``producer`` at
-    ``now``, with the report's numbers. The explanation reads "<the numbers> — <what
-    to change>": the numbers become the summary and the suggestion the advice (a generic
-    one when the explanation names none).
+    ``now`` as leader ``leader_epoch``, with the report's numbers. The explanation reads
+    "<the numbers> — <what to change>": the numbers become the summary and the suggestion
+    the advice (a generic one when the explanation names none).
     """
     # The last dash: what comes before it may quote the tenant's own gpu_models, dashes and all.
     found, dash, fix = report.explanation.rpartition(" — ")
@@ -238,6 +245,7 @@ def rejected(
         attempt=0,
         occurred_at=now,
         producer=producer,
+        leader_epoch=leader_epoch,
         failure_class="does_not_fit",
         summary=f"The job can never run on this fleet: {found}.",
         advice=f"{fix[:1].upper()}{fix[1:]}." if fix else "Request fewer or smaller GPUs.",

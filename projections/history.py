@@ -44,10 +44,11 @@ ENDING_EVENTS = with_role(Role.TRIGGER)
 """Events after which an unsuccessful attempt is classified (the classifier's triggers)."""
 
 STREAM_EVENTS: tuple[type[Event], ...] = tuple(
-    cls for cls in EVENT_TYPES.values() if cls.TOPIC != Event.TOPIC
+    cls for cls in EVENT_TYPES.values() if cls.TOPIC != Event.TOPIC or Role.FENCE in cls.ROLES
 )
-"""Per-attempt streams, node events and the price catalog: the types on a topic other
-than job-events, ignored by the job folds."""
+"""Per-attempt streams, node events and the price catalog (the types on a topic other
+than job-events) and the schedulers' fence markers (on job-events, but no job's):
+ignored by the job folds."""
 
 
 def is_job_event(event: Event) -> bool:

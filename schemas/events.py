@@ -93,6 +93,10 @@ class Role(StrEnum):
     SCHEDULER_INPUT = "scheduler_input"
     """The scheduler's state folds it; it skips every other type undecoded
     (``services.scheduler.core.FOLDED``)."""
+    FENCE = "fence"
+    """On ``job-events`` but no job's: the schedulers' fence marker, folded by
+    :mod:`projections.fence` and ignored by the job folds
+    (``projections.history.STREAM_EVENTS``)."""
 
 
 Roles = frozenset[Role]
@@ -212,10 +216,23 @@ class JobSubmitted(Event):
     spec: JobSpec
 
 
-class JobRejected(Event):
+class SchedulerDecision(Event):
+    """A decision of the scheduler: it carries the leader epoch of the scheduler that made
+    it, and every reader drops one of an epoch older than the last :class:`LeaderElected`
+    before it in its partition (:mod:`projections.fence`), so a deposed leader's decision
+    is never applied."""
+
+    leader_epoch: int = Field(0, ge=0)
+    """The epoch of the leader that decided (0: written before schedulers were fenced)."""
+
+
+class JobRejected(SchedulerDecision):
     """Terminal before any compute is held."""
 
     ROLES: ClassVar[Roles] = frozenset({Role.TERMINAL, Role.TRIGGER, Role.SCHEDULER_INPUT})
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+    """v2 added ``leader_epoch`` (v1 payloads decode with 0)."""
 
     failure_class: FailureClass
     """does_not_fit or invalid_spec."""
@@ -224,24 +241,27 @@ class JobRejected(Event):
     fit: FitReport | None = None
 
 
-class JobQueued(Event):
+class JobQueued(SchedulerDecision):
     """No node can hold the job now; it waits, ending as ``capacity_unavailable`` at
     ``queue_deadline``."""
 
     ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT})
 
+    SCHEMA_VERSION: ClassVar[int] = 2
+    """v2 added ``leader_epoch`` (v1 payloads decode with 0)."""
+
     queue_deadline: datetime
     reason: str = ""
 
 
-class AttemptScheduled(Event):
+class AttemptScheduled(SchedulerDecision):
     """The scheduler placed an attempt on a node. Also routed to node-commands."""
 
     ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT, Role.TO_NODE})
 
-    SCHEMA_VERSION: ClassVar[int] = 4
+    SCHEMA_VERSION: ClassVar[int] = 5
     """v2 added ``avoidance`` and ``reason`` (v1 payloads decode with none and ""); v3 the
-    spec's ``labels``; v4 its ``secrets`` (names only)."""
+    spec's ``labels``; v4 its ``secrets`` (names only); v5 ``leader_epoch``."""
 
     node_id: str
     provider: str = ""
@@ -260,10 +280,13 @@ class AttemptScheduled(Event):
     """The placement in a sentence (what was avoided, what it fell back to), for people."""
 
 
-class NoCapacity(Event):
+class NoCapacity(SchedulerDecision):
     """The queue deadline passed with no placement: the job ends, attributed to capacity."""
 
     ROLES: ClassVar[Roles] = frozenset({Role.TRIGGER, Role.SCHEDULER_INPUT})
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+    """v2 added ``leader_epoch`` (v1 payloads decode with 0)."""
 
     queued_since: datetime
     queue_deadline: datetime
@@ -764,6 +787,34 @@ class PriceCatalogPublished(Event):
         return self.KEY
 
 
+class LeaderElected(Event):
+    """A scheduler took the lead with ``epoch`` (docs/architecture.md, "The scheduler's
+    leader").
+
+    Appended first to the one partition of ``scheduler-lease`` as a claim (``epoch`` 0
+    there): the broker's offset of the claim gives the epoch, one more than the offset,
+    unique and growing, from the ledger itself. Then once to every partition of
+    ``job-events`` with that epoch, as a fence: from there on, readers of that partition
+    drop a :class:`SchedulerDecision` of an older epoch (:mod:`projections.fence`). Not a
+    job's event: ``job_id`` is empty and ``route`` is the key that places the marker on
+    its partition."""
+
+    ROLES: ClassVar[Roles] = frozenset({Role.FENCE, Role.SCHEDULER_INPUT})
+
+    epoch: int = Field(0, ge=0)
+    candidate: str = ""
+    """The scheduler instance that leads (``scheduler/<host>/<pid>``)."""
+    partition: int = Field(0, ge=0)
+    """The ``job-events`` partition this marker fences (0 on the lease topic)."""
+    route: str = ""
+    """The record's key: one that hashes to ``partition``."""
+
+    @property
+    def key(self) -> str:
+        """The key that puts the marker on its partition."""
+        return self.route
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -806,6 +857,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeHeartbeat,
         NodeDrained,
         PriceCatalogPublished,
+        LeaderElected,
     )
 }
 """Every event type by name."""

@@ -21,7 +21,8 @@ on one partition (low volume, read whole, in arrival order)."""
 Kind = Literal["history", "view", "command", "internal"]
 """``history``: facts and decisions, appended and never changed; ``view``: the latest
 derived record per job (compacted, rebuildable from the history); ``command``: orders
-to one node; ``internal``: the platform's own records (dead letters, seals, prices)."""
+to one node; ``internal``: the platform's own records (dead letters, seals, prices, the
+schedulers' lease)."""
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,9 @@ class Topic:
     judges an agent's silence, and the scheduler a node's liveness, by when the platform
     heard it (docs/watchdog.md)."""
     kept_forever: bool = False
-    """No retention may shorten it: a seal proves nothing once it is gone, and the price
-    book is folded from every version."""
+    """No retention may shorten it: a seal proves nothing once it is gone, the price book
+    is folded from every version, and the schedulers' lease claims' offsets are the
+    leader epochs (a few records per takeover)."""
     sealed: bool = False
     """The notary seals it (README "Audit"): the facts and decisions and what the user and
     billing see of a job. Not the compacted views (compaction removes records by design;
@@ -71,6 +73,7 @@ TOPICS = (
     Topic("dead-letter", "one", "internal"),
     Topic("ledger-seals", "one", "internal", kept_forever=True),
     Topic("prices", "one", "internal", kept_forever=True, stored=True),
+    Topic("scheduler-lease", "one", "internal", kept_forever=True),
 )
 
 BY_SUFFIX = {topic.suffix: topic for topic in TOPICS}

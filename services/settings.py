@@ -106,6 +106,13 @@ class Settings(BaseSettings):
         "falls back to the avoided provider, then the avoided node (never a silent or "
         "suspect one)",
     )
+    scheduler_lease_timeout_s: float = Field(
+        6.0,
+        ge=1.0,
+        description="how long a scheduler that stopped heartbeating (killed, cut off) "
+        "keeps the lead before its standby takes over: the lease group's session timeout "
+        "(the broker refuses one below its group.min.session.timeout.ms, 6 s by default)",
+    )
     # ---- processors (issue 5)
     processors_app_id: str = "gridledger-processors"
     """Faust app id (= consumer group) prefix; the topic prefix and the processor set are added."""

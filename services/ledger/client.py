@@ -45,6 +45,7 @@ from services.ledger.errors import (
     broker_unavailable,
     refusal_of,
 )
+from services.ledger.lease import KafkaLease
 from services.ledger.port import Appended, Encoded, Keyed, LedgerRecord
 from services.ops import metrics
 from services.settings import Settings
@@ -588,6 +589,10 @@ class Ledger(LedgerOperations):
     def open_consumer(self, group_id: str | None = None, **options: Any) -> AIOKafkaConsumer:
         """A consumer for a subscription (the ledger's primitive)."""
         return self.consumer(group_id=group_id, **options)
+
+    def lease(self, topic: str, group: str, timeout_s: float) -> KafkaLease:
+        """A member of ``group``'s lease on ``topic`` (:mod:`services.ledger.lease`)."""
+        return KafkaLease(self.settings, topic, group, timeout_s, f"{self.name}-lease")
 
     def consumer(
         self, *topics: str, group_id: str | None = None, **kwargs: Any

@@ -24,6 +24,7 @@ Only this package speaks Kafka; a test enforces it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -123,6 +124,25 @@ class LedgerRecord:
         return self.value
 
 
+class Lease(Protocol):
+    """Leadership among the members of one group (:meth:`LedgerPort.lease`): at most one
+    member holds it at a time, as far as the ledger knows; a member that dies loses it
+    within the timeout. Not a fence by itself (see :mod:`projections.fence`)."""
+
+    held: bool
+    """Whether this member holds the lease now."""
+    changed: asyncio.Event
+    """Set whenever ``held`` changes (clear it to wait for the next change)."""
+
+    async def start(self) -> None:
+        """Join the group."""
+        ...
+
+    async def stop(self) -> None:
+        """Leave it: another member takes the lease at once."""
+        ...
+
+
 class LedgerPort(Protocol):
     """Append to and read from gridledger's topics; ``await start()`` before use."""
 
@@ -206,6 +226,11 @@ class LedgerPort(Protocol):
         marked catch-up or live, committed to ``group`` once handled (or read from
         ``positions``), undecodable records parked, outages ridden out inside
         (:mod:`services.ledger.subscription`)."""
+        ...
+
+    def lease(self, topic: str, group: str, timeout_s: float) -> Lease:
+        """A member (not started) of ``group``'s lease on the one-partition ``topic``; a
+        dead holder loses it after ``timeout_s``."""
         ...
 
     async def dead_letter(

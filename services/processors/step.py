@@ -107,6 +107,7 @@ class Step:
         self.outage = ledger.outage
         """The broker as this process sees it: one log line when it goes, one when back."""
         self._heartbeats = settings.topic("heartbeats")
+        self._job_events = settings.topic("job-events")
         self.heard_offsets: dict[int, int] = {}
         """Heartbeats partition -> next offset to process (the watchdog's receive progress)."""
 
@@ -142,6 +143,10 @@ class Step:
                 continue
             if record.partition not in store.loaded_at:
                 await self.retrying(partial(store.ensure, record.partition, utcnow()))
+            if record.topic == self._job_events and not store.fence.admits(
+                record.partition, record.offset, value
+            ):
+                continue  # a fence marker, or a deposed scheduler's decision
             if value.job_id in store.settled:
                 if isinstance(value, AttemptHeartbeat):
                     continue  # nothing a settled job shows depends on a heartbeat

@@ -28,6 +28,11 @@ seconds: a heartbeat or tick on another topic, the read-back of the worker's own
 appends), and is then dropped and marked settled as if skipped at a rebuild. A
 heartbeat for a settled job is dropped unread: nothing a terminal, accounted job shows
 depends on one.
+
+The leader fence (:mod:`projections.fence`): the rebuild reads every fence marker of a
+partition, and the store keeps a scheduler decision only when :attr:`JobStore.fence`
+admits it at its offset (the step asks the same fence of every live record), so a
+deposed scheduler's decision is in no history.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from projections.fence import Fence
 from schemas import codec
 from schemas.errors import EventDecodeError
 from schemas.events import AttemptHeartbeat, Event, MeterTick
@@ -150,6 +156,8 @@ class JobStore:
         """Called with a job id when a newer heartbeat of one of its attempts arrives."""
         self.on_dropped: list[Callable[[str], None]] = []
         """Called with a job id whose history was dropped: forget what is derived from it."""
+        self.fence = Fence()
+        """The leader epochs announced on ``job-events``: which scheduler decisions count."""
 
     def log(self, job_id: str) -> JobLog:
         """The job's log, created empty on first sight."""
@@ -175,6 +183,8 @@ class JobStore:
             changed: set[str] = set()
             topic = settings.topic("job-events")
             async for offset, event, heard in self._read(topic, partition, lambda k: k in skip):
+                if not self.fence.admits(partition, offset, event):
+                    continue
                 if self.log(event.job_id).add(offset, event, heard):
                     changed.add(event.job_id)
                 count += 1
@@ -233,7 +243,9 @@ class JobStore:
             settings = self.ledger.settings
             topic = settings.topic("job-events")
             async for offset, event, heard in self._read(topic, partition, lambda k: k != key):
-                self.log(job_id).add(offset, event, heard)
+                # The rebuild and the live records read every marker before this offset.
+                if self.fence.admits(partition, offset, event):
+                    self.log(job_id).add(offset, event, heard)
             if self.with_ticks:
                 topic = settings.topic("meter-ticks")
                 async for _, event, _ in self._read(topic, partition, lambda k: k != key):

@@ -33,6 +33,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from projections import job_state
+from projections.fence import Fence
 from projections.fold import fold
 from schemas.errors import LedgerError
 from schemas.events import Event, MeterTick
@@ -168,6 +169,7 @@ async def _rebuild(ledger: Ledger, partitions: Sequence[int] | None, options: Op
     out = Rebuilt()
     histories: dict[str, list[Event]] = defaultdict(list)
     ticks: dict[str, list[MeterTick]] = defaultdict(list)
+    fence = Fence()  # a deposed scheduler's decisions are no job's history
     for suffix in FOLDED_TOPICS:
         count = 0
         # A reader: an undecodable record is skipped (dead_letter=False); the sink parks it.
@@ -176,7 +178,8 @@ async def _rebuild(ledger: Ledger, partitions: Sequence[int] | None, options: Op
             for record in batch:
                 value = record.value
                 if suffix == "job-events" and isinstance(value, Event):
-                    histories[record.key].append(value)
+                    if fence.admits(record.partition, record.offset, value):
+                        histories[record.key].append(value)
                 elif isinstance(value, MeterTick):
                     ticks[record.key].append(value)
         out.records[suffix] = count

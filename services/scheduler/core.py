@@ -132,6 +132,9 @@ class SchedulerState:
         """The tenant of every job submitted: a job resumes only from its own tenant's."""
         self.anomalies: list[str] = []
         """Records it ignored on purpose (a second JobSubmitted for a job), newest last."""
+        self.epoch = 0
+        """The leader epoch stamped on every decision (``projections.fence``): set by the
+        service once this scheduler leads."""
 
     # ----------------------------------------------------------------------- observe
 
@@ -309,14 +312,27 @@ class SchedulerState:
         """A decision on ``cause`` made ``now`` by this scheduler instance (named in
         ``producer``; the id names only the scheduler, so any instance derives the same)."""
         return cls.derived(
-            cause, PROCESSOR, suffix, occurred_at=now, producer=self.config.producer, **fields
+            cause,
+            PROCESSOR,
+            suffix,
+            occurred_at=now,
+            producer=self.config.producer,
+            leader_epoch=self.epoch,
+            **fields,
         )
 
     def _preflight(self, entry: JobEntry, now: datetime) -> Event:
         submitted = entry.submitted
         report = self.fit_check(entry.spec, self.fleet)
         if report is not None and not report.fits:
-            return rejected(submitted, report, by=PROCESSOR, producer=self.config.producer, now=now)
+            return rejected(
+                submitted,
+                report,
+                by=PROCESSOR,
+                producer=self.config.producer,
+                now=now,
+                leader_epoch=self.epoch,
+            )
         entry.vram_gb = report.required_vram_gb if report is not None else None
         deadline = submitted.occurred_at + timedelta(seconds=entry.spec.limits.queue_timeout_s)
         return self._decided(
@@ -364,6 +380,7 @@ class SchedulerState:
                     producer=self.config.producer,
                     now=now,
                     suffix="reject",
+                    leader_epoch=self.epoch,
                 )
                 out.append(late)
                 self.observe(out[-1])

@@ -14,6 +14,11 @@ The appender sends them in decision order, one batch at a time, so one job's
 events stay in order on its partition even across an outage. The decisions come
 back on ``job-events``; they are recognised by key and type header when they
 do and skipped unread (their content is already in the state).
+
+Several schedulers may run: every one folds the topics, only the leader decides
+(:mod:`.leader`: a lease held through the broker, a claimed epoch, a fence marker
+on every partition of ``job-events``). A standby takes the lead when the lease
+comes to it, and a deposed leader rebuilds its state and stands by.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from services.ops import metrics
 from services.ops.logs import event_context
 from services.scheduler.core import FOLDED_TYPE_NAMES, SchedulerConfig, SchedulerState
 from services.scheduler.inventory import FitChecker
+from services.scheduler.leader import DeposedError, Leadership
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -77,6 +83,11 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
         self.consumer: Subscription | None = None
         """The subscription while :meth:`run` runs (its lag is the ops server's)."""
+        self.leadership = Leadership(settings, ledger)
+        """Whether this scheduler leads, with which epoch (:mod:`.leader`)."""
+        self._job_events = settings.topic("job-events")
+        self._unapplied: list[JobSubmitted] = []
+        """Submissions the state could not take, to reject once this scheduler leads."""
 
     async def start(self) -> Scheduler:
         """Start the ledger and the decision loop (which first rebuilds the state from the
@@ -125,22 +136,44 @@ class Scheduler:
 
         The subscription rides out an outage of the broker by itself (it resumes where
         the handled batches ended) and an append waits for the broker
-        (:meth:`Ledger.append_until_acked`), so the state is rebuilt once per start.
+        (:meth:`Ledger.append_until_acked`), so the state is rebuilt once per start, and
+        again after this scheduler was deposed (:meth:`_stand_by`).
         """
-        self._appender = asyncio.create_task(self._append_decided(), name="scheduler-appender")
+        await self.leadership.start()
         try:
-            await self._follow()
+            while True:
+                self._appender = asyncio.create_task(
+                    self._append_decided(), name="scheduler-appender"
+                )
+                try:
+                    await self._follow()
+                except DeposedError as exc:
+                    log.warning("scheduler deposed (%s): rebuilding to stand by", exc)
+                    self._stand_by()
+                else:
+                    return
+                finally:
+                    self._appender.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await self._appender
+                    self._appender = None
         finally:
-            self._appender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._appender
-            self._appender = None
+            await self.leadership.stop()
+
+    def _stand_by(self) -> None:
+        """After deposition: what this scheduler decided may be dropped by the fence, so
+        its state, fence and unsent decisions go; the next run rebuilds from the topics."""
+        self.state = SchedulerState(self.state.config, self.state.fit_check)
+        self.leadership.reset()
+        self._outbox = []
 
     async def _follow(self) -> None:
         """The handler: fold the catch-up (node events first, so pre-flight fits of the
         backlog see the fleet) without deciding, then decide on every batch that brought
         news and at every tick."""
         self._own.clear()  # the catch-up reads every decision, own ones included
+        self._unapplied.clear()
+        self.leadership.reset()  # and every fence marker
         subscription = self.ledger.subscribe(
             [self.settings.topic("node-events"), self.settings.topic("job-events")],
             name="scheduler",
@@ -158,6 +191,7 @@ class Scheduler:
                     changed = await self._observe(batch)
                     if not batch.live:
                         continue
+                    await self._lead()
                     if not self.ready.is_set():
                         log.info(
                             "scheduler rebuilt: %d nodes, %d open jobs, %d queued",
@@ -204,39 +238,60 @@ class Scheduler:
             event = record.value
             if not isinstance(event, Event):
                 continue
+            if record.topic == self._job_events and not self.leadership.admits(
+                record.partition, record.offset, event
+            ):
+                continue  # a fence marker, or a deposed leader's decision
             # One the state cannot take is parked (its job named), not a crash that every
             # restart's rebuild would hit again.
             observe = partial(self.state.observe, event, record.appended_at or received)
             if await batch.apply(record, observe):
                 seen = True
             elif isinstance(event, JobSubmitted):
-                self._refuse_unapplied(event)
+                self._unapplied.append(event)
         return seen
 
-    def _refuse_unapplied(self, submitted: JobSubmitted) -> None:
+    async def _lead(self) -> None:
+        """Claim the lead when the lease came to this scheduler; raise :class:`DeposedError`
+        when it went."""
+        leadership = self.leadership
+        leadership.check()
+        if leadership.lease.held and not leadership.epoch:
+            await leadership.claim()
+
+    @property
+    def leading(self) -> bool:
+        """Whether this scheduler decides now (:attr:`Leadership.leading`)."""
+        return self.leadership.leading
+
+    def _refused(self, submitted: JobSubmitted) -> JobRejected:
         """A submission the state could not take (parked above) still ends its job: it is
-        rejected ``record_refused``, so nothing waits forever on a job the scheduler never
-        knew. The decision's id derives from the submission, so a rebuild that parks the
-        same record again appends an exact duplicate, which every reader drops."""
-        rejected = JobRejected.derived(
+        rejected ``record_refused`` (by the leader), so nothing waits forever on a job the
+        scheduler never knew. The decision's id derives from the submission, so a rebuild
+        that parks the same record again appends an exact duplicate, which every reader
+        drops."""
+        return JobRejected.derived(
             submitted,
             "scheduler",
             "unapplicable",
             failure_class="record_refused",
+            leader_epoch=self.leadership.epoch,
             summary="The scheduler could not apply this job's submission; it was parked on "
             "the dead-letter topic and nothing was run or billed.",
             advice="Nothing in the spec is known to be wrong: ask the operator, who finds the "
             "record and its error on the dead-letter topic under this job's id.",
         )
-        self._own.update([(rejected.key.encode(), type(rejected).__name__)])
-        self._outbox.append(([rejected], None))
-        self._outbox_ready.set()
 
     async def _decide(self, newest_s: float | None = None) -> None:
         """Decide and hand the decisions to the appender; ``newest_s`` (the broker time
         of the newest record that led here, None for a timer tick) measures the
-        decision latency."""
-        events = self.state.decide(utcnow())
+        decision latency. Only the leader decides."""
+        if not self.leadership.leading:
+            return
+        self.state.epoch = self.leadership.epoch
+        events: list[Event] = [self._refused(submitted) for submitted in self._unapplied]
+        self._unapplied.clear()
+        events += self.state.decide(utcnow())
         self.rounds += 1
         if events:
             self._own.update((e.key.encode(), type(e).__name__) for e in events)

@@ -291,6 +291,11 @@ TABLES: dict[str, Table] = {
             "published_at timestamptz, source text, accepted boolean, problems jsonb, "
             "payload jsonb",
         ),
+        declare(
+            "leader_fence",
+            ("partition", "from_offset"),
+            "partition integer, from_offset bigint, epoch bigint",
+        ),
     )
 }
 """Every table of the read-model schema, in the migrations' order."""

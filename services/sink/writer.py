@@ -8,6 +8,11 @@ Idempotence: job and node events are stored once per ``event_id`` and only a
 newly stored event is folded; log chunks and meter ticks are stored once per
 natural key. A record delivered twice therefore changes nothing.
 
+The leader fence (:mod:`projections.fence`): a scheduler decision of a deposed leader
+is not applied. The fence markers read are stored (``leader_fence``) with the rows, so
+a sink resuming at its committed offsets judges what it reads as a sink reading from
+offset 0 does.
+
 Speed: each table gets one binary COPY and one statement per batch
 (:mod:`services.sink.tables`), and each job's folded state (view, stored history,
 ticks) stays in memory between batches (:mod:`services.sink.job_cache`), so a batch
@@ -26,9 +31,17 @@ import asyncpg
 
 from projections import accounting, prices
 from projections.accounting import AccountingPolicy
+from projections.fence import Fence
 from projections.fold import fold
 from projections.prices import PriceBook
-from schemas.events import Event, LogChunk, MeterTick, NodeEvent, PriceCatalogPublished
+from schemas.events import (
+    Event,
+    LeaderElected,
+    LogChunk,
+    MeterTick,
+    NodeEvent,
+    PriceCatalogPublished,
+)
 from schemas.topics import STORED_TOPICS
 from schemas.views import AccountingRecord, JobView
 from services.ledger.client import LedgerRecord
@@ -101,11 +114,25 @@ class ReadModelWriter:
         ticks: list[MeterTick] = []
         node_events: list[NodeEvent] = []
         catalogs: list[PriceCatalogPublished] = []
+        marks: list[Row] = []
+        # Read in the batch's transaction: what the previous batches stored, whatever
+        # became of this writer's memory (a rollback, another schema).
+        stored = await conn.fetch("SELECT partition, from_offset, epoch FROM leader_fence")
+        fence = Fence((r["partition"], r["from_offset"], r["epoch"]) for r in stored)
         for record in records:
             suffix = self._suffix.get(record.topic)
             value = record.value
             if suffix == "job-events" and isinstance(value, Event):
-                job_events.append(value)
+                if isinstance(value, LeaderElected):
+                    marks.append(
+                        {
+                            "partition": record.partition,
+                            "from_offset": record.offset,
+                            "epoch": value.epoch,
+                        }
+                    )
+                if fence.admits(record.partition, record.offset, value):
+                    job_events.append(value)
             elif suffix == "log-chunks" and isinstance(value, LogChunk):
                 chunks.append(value)
             elif suffix == "meter-ticks" and isinstance(value, MeterTick):
@@ -114,6 +141,8 @@ class ReadModelWriter:
                 node_events.append(value)
             elif suffix == "prices" and isinstance(value, PriceCatalogPublished):
                 catalogs.append(value)
+        if marks:
+            await insert_ignore(conn, "leader_fence", marks, returning=None)
         await self.cache.begin(conn)
         batch = _Batch(conn, self.cache)
         book = await batch.prices(catalogs)

@@ -151,6 +151,34 @@ class FakeConsumer:
                 await asyncio.wait_for(appended.wait(), left)
 
 
+class FakeLease:
+    """:class:`services.ledger.port.Lease` in memory: of a group's started members, the
+    first one started (and not stopped since) holds it, as a coordinator's sticky
+    assignment would; stopping the holder hands it to the next at once."""
+
+    def __init__(self, members: list[FakeLease]) -> None:
+        self.held = False
+        self.changed = asyncio.Event()
+        self._members = members
+
+    async def start(self) -> None:
+        self._members.append(self)
+        self._settle()
+
+    async def stop(self) -> None:
+        if self in self._members:
+            self._members.remove(self)
+        self._settle()
+        self.held = False
+        self.changed.set()
+
+    def _settle(self) -> None:
+        for i, member in enumerate(self._members):
+            if member.held != (i == 0):
+                member.held = i == 0
+                member.changed.set()
+
+
 @dataclass
 class FakeLedger(LedgerOperations):
     """The ledger port in memory; one per test (or share one between fake services)."""
@@ -166,6 +194,8 @@ class FakeLedger(LedgerOperations):
     """(topic, partition) -> next offset :meth:`take` hands out."""
     committed: dict[str, dict[Any, int]] = field(default_factory=dict)
     """Consumer group -> partition -> its committed next offset."""
+    leases: dict[str, list[FakeLease]] = field(default_factory=dict)
+    """Lease group -> its started members, the holder first."""
 
     def __post_init__(self) -> None:
         # Named as the real ledger's: a service logs the same outage lines on either.
@@ -256,6 +286,9 @@ class FakeLedger(LedgerOperations):
 
     def open_consumer(self, group_id: str | None = None, **options: Any) -> FakeConsumer:
         return FakeConsumer(self, group_id)
+
+    def lease(self, topic: str, group: str, timeout_s: float) -> FakeLease:
+        return FakeLease(self.leases.setdefault(group, []))
 
     async def read_raw(
         self, topic: str, partitions: Iterable[int] | None = None

@@ -33,8 +33,9 @@ def test_suffixes_are_unique_and_the_derived_lists_follow_the_rows() -> None:
     # A compacted view keeps only the latest record: nothing that must be kept whole is one.
     whole = set(topics.SEALED_TOPICS) | topics.KEPT_FOREVER | set(topics.FOLDED_TOPICS)
     assert not whole & topics.COMPACTED_TOPICS
-    # The dead letters, seals and prices are read whole in arrival order: one partition.
-    assert {"dead-letter", "ledger-seals", "prices"} == topics.SINGLE_PARTITION
+    # The dead letters, seals and prices are read whole in arrival order, and the
+    # schedulers' lease is a group's one partition: one partition each.
+    assert {"dead-letter", "ledger-seals", "prices", "scheduler-lease"} == topics.SINGLE_PARTITION
 
 
 def test_the_readme_lists_the_topics_of_the_table_with_their_keys() -> None:

@@ -58,7 +58,10 @@ async def build(
     """Apply ``events`` in batches of the given sizes (cycled); every table's rows as text."""
     async with private_schema(settings) as (scoped, pool):
         writer = ReadModelWriter(scoped, **writer_options)
-        records: list[Any] = [SimpleNamespace(topic=topic(scoped, e), value=e) for e in events]
+        records: list[Any] = [
+            SimpleNamespace(topic=topic(scoped, e), value=e, partition=0, offset=i)
+            for i, e in enumerate(events)
+        ]
         i = 0
         for n in sizes * len(records):
             if i >= len(records):

@@ -28,7 +28,10 @@ class RollbackError(Exception):
 
 
 def records(settings: Settings, events: list[Any]) -> list[Any]:
-    return [SimpleNamespace(topic=topic(settings, e), value=e) for e in events]
+    return [
+        SimpleNamespace(topic=topic(settings, e), value=e, partition=0, offset=i)
+        for i, e in enumerate(events)
+    ]
 
 
 @pytest.mark.parametrize("seed", [3, 4])
