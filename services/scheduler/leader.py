@@ -7,7 +7,8 @@ and evicts a member that stopped heartbeating after ``scheduler_lease_timeout_s`
 All of them fold the topics; only the leader decides. Taking the lead:
 
 1. **claim**: append a :class:`LeaderElected` to ``scheduler-lease``; one more than
-   the offset the broker gives it is the epoch (unique and growing, whoever claims);
+   the offset the broker gives it is the epoch (unique and growing, whoever claims),
+   or one more than the highest epoch already announced if that is higher;
 2. **fence**: append a LeaderElected with that epoch to every partition of
    ``job-events``; from each marker on, readers of that partition drop a decision of
    an older epoch (:mod:`projections.fence`), whoever still sends one;
@@ -128,7 +129,9 @@ class Leadership:
             transient=broker_unavailable,
             backoff=self.settings.reconnect_backoff(),
         )
-        epoch = claimed.offset + 1
+        # Above any epoch announced already, too: a marker no claim stands behind (a
+        # forged or restored record) cannot fence the leader out for good.
+        epoch = max(claimed.offset + 1, self.fence.latest() + 1)
         count = await self.ledger.partitions(self.job_events)
         markers = [
             LeaderElected(

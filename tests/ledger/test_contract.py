@@ -25,6 +25,7 @@ from schemas.events import (
     AttemptScheduled,
     JobQueued,
     JobSucceeded,
+    LeaderElected,
     LogChunk,
     NodeEvent,
 )
@@ -99,6 +100,7 @@ async def test_every_event_type_goes_to_its_own_topic_and_reads_back_equal(ledge
     read_back = []
     for suffix in ("job-events", "heartbeats", "log-chunks", "meter-ticks"):
         read_back += await ledger.history("job-1", suffix)
+    read_back += await ledger.history(sample(LeaderElected).key)  # a marker's own key
     read_back += [r.event for r in await every(ledger, "node-events")]
     read_back += [r.event for r in await every(ledger, "prices")]
     by_id = {e.event_id: e for e in read_back}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.events import EVENT_TYPES, JobSucceeded, NodeEvent
+from schemas.events import EVENT_TYPES, JobSucceeded, LeaderElected, NodeEvent
 from services.ledger import Ledger
 from services.ledger.client import DLQ_CONSUMER, DLQ_ERROR, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
 from tests.schemas.samples import T0, sample
@@ -20,6 +20,7 @@ async def test_every_event_type_is_appended_and_read_back_equal(topics):
         read_back = []
         for suffix in ("job-events", "heartbeats", "log-chunks", "meter-ticks"):
             read_back += await ledger.history("job-1", suffix)
+        read_back += await ledger.history(sample(LeaderElected).key)  # a marker's own key
         read_back += [r.event async for r in ledger.read_partitions(topics.topic("node-events"))]
         read_back += [r.event async for r in ledger.read_partitions(topics.topic("prices"))]
     by_id = {e.event_id: e for e in read_back}
