@@ -30,6 +30,9 @@ from services.transport import kafka_options
 
 log = logging.getLogger(__name__)
 
+STOP_WAIT_S = 5.0
+"""How long leaving the group may take before the member just goes."""
+
 
 class KafkaLease(ConsumerRebalanceListener):
     """:class:`services.ledger.port.Lease` on the broker's group coordinator."""
@@ -49,6 +52,9 @@ class KafkaLease(ConsumerRebalanceListener):
             auto_offset_reset="latest",
             session_timeout_ms=session_ms,
             heartbeat_interval_ms=max(100, session_ms // 3),
+            # Also the rebalance timeout: a join (and a stop during one) waits at most this,
+            # not aiokafka's 5 minutes; the poll below runs every second.
+            max_poll_interval_ms=max(10_000, 2 * session_ms),
             partition_assignment_strategy=(StickyPartitionAssignor,),
             **kafka_options(settings),
         )
@@ -77,7 +83,11 @@ class KafkaLease(ConsumerRebalanceListener):
                 await self._task
             self._task = None
         self._set(False)
-        await self._consumer.stop()
+        try:
+            # Bounded: a member that cannot say goodbye is evicted after the timeout anyway.
+            await asyncio.wait_for(self._consumer.stop(), STOP_WAIT_S)
+        except TimeoutError:
+            log.warning("left the lease %s without a goodbye: it moves on its timeout", self.topic)
 
     def _set(self, held: bool) -> None:
         if held != self.held:

@@ -23,7 +23,8 @@ from services.ops.specs import ServiceSpec
 from services.ops.supervisor import Supervisor, fetch_json
 from services.settings import Settings
 from tests.sink.pg import private_schema
-from tests.sink.scenario import run_facts, submitted
+from tests.sink.scenario import epoch_in_force, run_facts, submitted
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -163,9 +164,12 @@ def sample(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: 
 async def _metrics_move_when_events_flow(settings: Settings, supervisor: Supervisor) -> None:
     job_events = settings.topic("job-events")
     before = {name: scrape(supervisor, name) for name in ("sink", "processors", "scheduler")}
-    facts = run_facts(f"job-{uuid.uuid4().hex[:12]}", exit_code=0).all()
-    n_job_events = sum(1 for e in facts if settings.topic(type(e).TOPIC) == job_events)
+    job_id = f"job-{uuid.uuid4().hex[:12]}"
     async with Ledger(settings, "test") as ledger:
+        # The scripted decisions need the running scheduler's epoch, or the fence drops them.
+        epoch = await eventually(lambda: epoch_in_force(ledger, job_id), "the scheduler leading")
+        facts = run_facts(job_id, exit_code=0, leader_epoch=epoch).all()
+        n_job_events = sum(1 for e in facts if settings.topic(type(e).TOPIC) == job_events)
         await ledger.append_many(facts)
         # A job left waiting: the scheduler has something to decide (queue or reject it).
         await ledger.append(submitted(f"job-{uuid.uuid4().hex[:12]}"))
@@ -177,8 +181,13 @@ async def _metrics_move_when_events_flow(settings: Settings, supervisor: Supervi
 
     wait_until(lambda: consumed("sink") >= n_job_events + 1, 60, "the sink to count the events")
     wait_until(lambda: consumed("processors") >= n_job_events, 60, "the processors to count")
+    # Counted when decoded; the row is there once the batch commits.
+    wait_until(
+        lambda: sample(scrape(supervisor, "sink"), "gridledger_jobs", status="succeeded") == 1,
+        30,
+        "the sink to show the job succeeded",
+    )
     sink = scrape(supervisor, "sink")
-    assert sample(sink, "gridledger_jobs", status="succeeded") == 1
     processors = scrape(supervisor, "processors")
     # The processors' own appends (views) and faust's sensor, in the same registry.
     assert (

@@ -21,6 +21,7 @@ from schemas.events import (
     JobQueued,
     JobSubmitted,
     JobSucceeded,
+    LeaderElected,
     LogChunk,
     MeterTick,
     NodeHeartbeat,
@@ -29,6 +30,8 @@ from schemas.events import (
 )
 from schemas.spec import JobSpec, Resources
 from schemas.types import Evidence, GpuDevice, GpuUsage
+from services.ledger import LedgerPort, partition_for
+from services.scheduler.leader import route_key
 
 T0 = datetime(2026, 11, 30, 9, 0, 0, tzinfo=UTC)
 SPEC = JobSpec(
@@ -74,8 +77,12 @@ def run_facts(
     tenant: str = "dev",
     finish: bool = True,
     exited: bool = True,
+    leader_epoch: int = 0,
 ) -> Script:
     """A job that runs once on ``node`` and exits with ``exit_code``.
+
+    The scheduler's decisions carry ``leader_epoch``: beside a running scheduler, pass
+    :func:`epoch_in_force`, or every reader drops them as a deposed leader's.
 
     With ``finish`` the terminal decision is appended too (JobSucceeded, or
     FailureClassified + JobFailed), as the processors would.
@@ -91,6 +98,7 @@ def run_facts(
             occurred_at=at(t + 1),
             producer="scheduler/test",
             queue_deadline=at(t + 600),
+            leader_epoch=leader_epoch,
         ),
         AttemptScheduled(
             job_id=job_id,
@@ -103,6 +111,7 @@ def run_facts(
             dispatch_deadline=at(t + 62),
             spec=SPEC,
             tenant=tenant,
+            leader_epoch=leader_epoch,
         ),
         AttemptAccepted(
             job_id=job_id, attempt=a, occurred_at=at(t + 3), producer=f"agent/{node}", node_id=node
@@ -262,3 +271,12 @@ def node_facts(node: str = "node-a") -> list[Event]:
             gpus=[GpuUsage(index=0)],
         ),
     ]
+
+
+async def epoch_in_force(ledger: LedgerPort, job_id: str) -> int:
+    """The leader epoch in force on ``job_id``'s partition of ``job-events`` (its highest
+    fence marker; 0 before any): what a decision written beside a running scheduler needs."""
+    topic = ledger.settings.topic("job-events")
+    count = await ledger.partitions(topic)
+    markers = await ledger.history(route_key(partition_for(job_id, count), count))
+    return max((m.epoch for m in markers if isinstance(m, LeaderElected)), default=0)
