@@ -799,7 +799,7 @@ class LeaderElected(Event):
     job's event: ``job_id`` is empty and ``route`` is the key that places the marker on
     its partition."""
 
-    ROLES: ClassVar[Roles] = frozenset({Role.FENCE, Role.SCHEDULER_INPUT})
+    ROLES: ClassVar[Roles] = frozenset({Role.FENCE})
 
     epoch: int = Field(0, ge=0)
     candidate: str = ""

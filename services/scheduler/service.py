@@ -33,7 +33,7 @@ from functools import partial
 from typing import Any
 
 from schemas import codec
-from schemas.events import Event, JobRejected, JobSubmitted, NoCapacity
+from schemas.events import Event, JobRejected, JobSubmitted, NoCapacity, Role, with_role
 from services.clock import utcnow
 from services.ledger import Ledger, LedgerPort
 from services.ledger.subscription import Batch, Subscription
@@ -45,6 +45,9 @@ from services.scheduler.leader import DeposedError, Leadership
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
+
+WANTED_TYPE_NAMES = FOLDED_TYPE_NAMES | {cls.__name__ for cls in with_role(Role.FENCE)}
+"""What the service decodes: what the state folds, and the fence markers (:mod:`.leader`)."""
 
 FETCH_MAX_WAIT_MS = 20
 """How long the broker may hold a fetch that found nothing new (aiokafka's default: 500).
@@ -224,7 +227,7 @@ class Scheduler:
                     del own[mark]
                 self.skipped_own += 1
                 return False
-        return name in FOLDED_TYPE_NAMES
+        return name in WANTED_TYPE_NAMES
 
     async def _observe(self, batch: Batch) -> bool:
         """Fold a batch; True when anything but the scheduler's own decisions was in it.

@@ -318,7 +318,6 @@ def test_the_folded_types_are_the_ones_the_service_may_not_skip() -> None:
         "JobFailed",
         "JobCancelled",
         "JobRejected",
-        "LeaderElected",  # the fence (services/scheduler/leader.py)
     } == FOLDED_TYPE_NAMES
 
 

@@ -24,8 +24,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from infra.services import ServiceSpec
-from infra.topics import delete_topics, ensure_topics
 
 from projections.fence import Fence
 from schemas import codec
@@ -38,6 +36,8 @@ from schemas.events import (
     LeaderElected,
 )
 from services.ledger import Ledger
+from services.ledger.topics import delete_topics, ensure_topics
+from services.ops.specs import ServiceSpec
 from services.ops.supervisor import Supervisor
 from services.settings import load_settings
 from services.simulator.fleet import SimFleet
