@@ -125,6 +125,13 @@ def test_a_class_from_a_newer_classifier_is_retried_once_like_unknown() -> None:
     assert f"{new} failures are retried 1 time(s) at most" in second.reason
 
 
+def test_a_failure_of_an_attempt_the_view_does_not_hold_is_retried_avoiding_nothing() -> None:
+    # The classification can come before the view holds its attempt: a retry, no node named.
+    d = decide(view(), failure("node_lost"))
+    assert (d.action, d.next_attempt, d.avoid_nodes, d.avoid_providers) == ("retry", 2, [], [])
+    assert d.avoid_reason == "" and d.reason == "node_lost is retryable: attempt 2 of 3 after 5 s"
+
+
 def test_class_limits_come_from_the_class_table() -> None:
     classes = dict(DEFAULT_POLICY.classes)
     classes["unknown"] = dataclasses.replace(classes["unknown"], limit=2)
