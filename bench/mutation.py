@@ -318,7 +318,7 @@ def workdir() -> Path:
 
 def _rank(mutant: str) -> int:
     """The place of a mutant's module in :data:`ORDER`."""
-    module = mutant.partition(".x")[0].replace(".", "/") + ".py"
+    module = _module_of(mutant)
     return ORDER.index(module) if module in ORDER else len(ORDER)
 
 
@@ -360,6 +360,33 @@ def _mutmut(argv: list[str], modules: list[str] | None = None) -> None:
     cli.main(argv, standalone_mode=False)
 
 
+def _module_of(mutant: str) -> str:
+    """``projections/fit.py`` for ``projections.fit.x_holds__mutmut_3`` (or a glob of them)."""
+    return mutant.partition(".x")[0].removesuffix(".*").replace(".", "/") + ".py"
+
+
+def _runs() -> list[dict[str, Any]]:
+    path = MUTANTS / "runs.json"
+    return list(json.loads(path.read_text())) if path.exists() else []
+
+
+def _note_run(modules: list[str]) -> None:
+    """Append this run (the commit its sources come from, when, which modules) to
+    ``mutants/runs.json``: the report says which commit each module's verdicts ran on."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no", *COPIED],
+        cwd=ROOT, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    runs = _runs()
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    runs.append({"commit": head + ("+changes" if dirty else ""), "started": started,
+                 "modules": modules})  # fmt: skip
+    (MUTANTS / "runs.json").write_text(json.dumps(runs, indent=1) + "\n")
+
+
 def workers() -> int:
     """One mutmut worker, two while the machine's load stays under 4 (it is shared)."""
     return 2 if os.getloadavg()[0] < 4 else 1
@@ -390,6 +417,7 @@ def run(modules: list[str], survivors: bool = False) -> int:
         names += [_pattern(m) for m in paths]
     if survivors and not again:
         return 0
+    _note_run(sorted({_module_of(n) for n in names} if names else set(paths or pure_modules())))
     started = time.monotonic()
     pid = os.fork()  # mutmut's state is global: its own process, so run() can be called again
     if pid == 0:
@@ -415,14 +443,31 @@ STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no_tests", 33: "no_tests"
 any other is 'suspicious'."""
 
 
+def _meta(module: str) -> dict[str, Any]:
+    meta = MUTANTS / f"{module}.meta"
+    return json.loads(meta.read_text()) if meta.exists() else {}
+
+
 def _results() -> dict[str, dict[str, str]]:
     """Module path -> mutant name -> status, from mutmut's ``mutants/*.meta``."""
     out: dict[str, dict[str, str]] = {}
     for module in pure_modules():
-        meta = MUTANTS / f"{module}.meta"
-        codes = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+        codes = _meta(module).get("exit_code_by_key", {})
         out[module] = {name: STATUS.get(code, "suspicious") for name, code in codes.items()}
     return out
+
+
+def _seconds(module: str) -> float:
+    """The wall seconds mutmut took over the module's mutants that have a verdict."""
+    meta = _meta(module)
+    took = meta.get("durations_by_key", {})
+    done = (n for n, code in meta.get("exit_code_by_key", {}).items() if code is not None)
+    return round(sum(took.get(n, 0.0) for n in done), 1)
+
+
+def _commits(module: str) -> list[str]:
+    """The commits of the runs (``mutants/runs.json``) that ran the module's mutants."""
+    return list(dict.fromkeys(r["commit"] for r in _runs() if module in r["modules"]))
 
 
 def _functions(name: str, module: str) -> tuple[str, str]:
@@ -485,6 +530,8 @@ def report() -> int:
     survivors: list[dict[str, str]] = []
     equivalent: list[dict[str, str]] = []
     stale: list[str] = []
+    seconds: dict[str, float] = {}
+    commits: dict[str, list[str]] = {}
     for module, verdicts in results.items():
         counts = Counter(verdicts.values())
         for name, verdict in sorted(verdicts.items()):
@@ -513,6 +560,9 @@ def report() -> int:
             **{k: counts[k] for k in ("killed", "survived", "equivalent", "timeout", "no_tests",
                                       "not_checked", "suspicious")},
         }  # fmt: skip
+        if len(verdicts) > counts["not_checked"]:
+            seconds[module] = _seconds(module)
+            commits[module] = _commits(module)
     totals = {k: sum(m[k] for m in modules.values()) for k in next(iter(modules.values()))}
     tested = totals["killed"] + totals["survived"] + totals["timeout"]
     rate = totals["survived"] / tested if tested else 0.0
@@ -539,6 +589,8 @@ def report() -> int:
         "tests": _mutmut_config()["pytest_add_cli_args_test_selection"],
         "modules": modules,
         "totals": totals,
+        "seconds": seconds,
+        "ran_on": commits,
         "survival_rate_non_equivalent": round(rate, 4),
         "survivors": survivors,
         "equivalent": equivalent,
@@ -560,18 +612,26 @@ def _markdown(data: dict[str, Any]) -> str:
         "",
         f"`{data['command']}`, against {', '.join(data['tests'])}.",
         "",
-        "| module | " + " | ".join(keys) + " |",
-        "|---" * (len(keys) + 1) + "|",
+        "| module | " + " | ".join(keys) + " | seconds | ran on |",
+        "|---" * (len(keys) + 3) + "|",
     ]
+    seconds, ran_on = data["seconds"], data["ran_on"]
     rows = [*data["modules"].items(), ("**total**", data["totals"])]
-    lines += [f"| {m} | " + " | ".join(str(c[k]) for k in keys) + " |" for m, c in rows]
+    lines += [
+        f"| {m} | " + " | ".join(str(c[k]) for k in keys)
+        + f" | {seconds.get(m, '')} | {', '.join(ran_on.get(m, []))} |"
+        for m, c in rows
+    ]  # fmt: skip
     rate, total = data["survival_rate_non_equivalent"], data["totals"]
     run = total["mutants"] - total["not_checked"]
+    took = sum(seconds.values())
     lines += [
         "",
-        f"Mutants run: {run} of {total['mutants']} ({run / total['mutants']:.0%}); "
-        "`not_checked` ones were not run for this report. `no_tests`: no test of the pure "
-        "subset covers the function.",
+        f"Mutants run: {run} of {total['mutants']} ({run / total['mutants']:.0%}) in "
+        f"{took:.0f} s, the sum of their wall times ({run / max(took, 1) * 60:.0f} a "
+        "minute); `not_checked` ones were not run for this report. `no_tests`: no test of the "
+        "pure subset covers the function. `seconds`: the module's mutants' wall time; "
+        "`ran on`: the commit(s) whose sources they ran on.",
         "",
         f"Non-equivalent survivors: {rate:.1%} of the non-equivalent mutants run (goal: at "
         "most 5 %).",
