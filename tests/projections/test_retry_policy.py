@@ -132,6 +132,14 @@ def test_a_failure_of_an_attempt_the_view_does_not_hold_is_retried_avoiding_noth
     assert d.avoid_reason == "" and d.reason == "node_lost is retryable: attempt 2 of 3 after 5 s"
 
 
+def test_every_decision_names_the_policy_version_it_was_made_under() -> None:
+    policy = RetryPolicy(version="retry-policy-test")
+    retried = decide(view(("node_lost", "platform")), failure("node_lost"), policy)
+    final = decide(view(("missing_module", "user")), failure("missing_module", who="user"), policy)
+    assert (retried.action, final.action) == ("retry", "final")
+    assert retried.policy_version == final.policy_version == "retry-policy-test"
+
+
 def test_class_limits_come_from_the_class_table() -> None:
     classes = dict(DEFAULT_POLICY.classes)
     classes["unknown"] = dataclasses.replace(classes["unknown"], limit=2)
