@@ -31,6 +31,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -433,7 +434,11 @@ def run(modules: list[str], survivors: bool = False) -> int:
         finally:
             sys.stdout.flush()
             os._exit(code)
-    os.waitpid(pid, 0)
+    try:
+        os.waitpid(pid, 0)
+    except KeyboardInterrupt:  # stop mutmut too: it stops its children and keeps every verdict
+        os.kill(pid, signal.SIGINT)
+        os.waitpid(pid, 0)
     print(f"mutmut ran in {time.monotonic() - started:.0f} s")
     return 0
 
