@@ -175,6 +175,16 @@ def test_resume_from_the_latest_checkpoint_of_any_attempt() -> None:
     assert d.avoid_nodes == ["node-2"]
 
 
+def test_an_untimed_checkpoint_never_beats_a_timed_one_and_ties_go_to_the_later() -> None:
+    v = view(("node_lost", "platform"), retry={"max_attempts": 5})
+    untimed = ckpt("untimed", 0).model_copy(update={"stored_at": None})
+    v = v.model_copy(update={"checkpoints": [ckpt("timed", 3), untimed]})
+    assert decide(v, failure("node_lost")).resume_from == ckpt("timed", 3)
+    # two stored at the same time: the one folded last
+    v = v.model_copy(update={"checkpoints": [ckpt("first", 3), ckpt("second", 3), untimed]})
+    assert decide(v, failure("node_lost")).resume_from == ckpt("second", 3)
+
+
 def test_resume_from_what_the_job_was_submitted_with() -> None:
     given = ckpt("from-other-job", 0)
     v = view(("node_lost", "platform"))
