@@ -6,8 +6,9 @@
     python -m bench.mutation rules [ID ...]    # the hand-written rules mutmut cannot generate
 
 ``run`` drives mutmut (``[tool.mutmut]`` in pyproject.toml: the modules, the pure test
-subset) under ``nice -n 19`` with one worker, module by module as named (``projections/fit.py``
-or ``projections.fit``), in the scratch folder ``mutants/``. ``report`` counts each module's
+subset) under ``nice -n 10`` with one worker (two under a low load), module by module in
+:data:`ORDER`, running only the mutants without a verdict (resumable), in mutmut's working
+folder ``mutants/`` (a link to ``$GRIDLEDGER_MUTANTS`` when set). ``report`` counts each module's
 mutants (killed, survived, equivalent, timeouts, no tests) and writes the report;
 :data:`EQUIVALENT` lists the survivors that change no behaviour, each with why. It exits 1
 when a non-equivalent survivor is left or an equivalent entry no longer matches its mutant.
