@@ -167,6 +167,12 @@ def test_capacity_is_final_and_says_it_was_not_the_job() -> None:
     assert d.terminal == "JobFailed" and "queue deadline" in d.reason
 
 
+def test_a_job_that_does_not_fit_is_not_retried_and_its_decision_ends_it_failed() -> None:
+    d = decide(view(), failure("does_not_fit", 0, who="user", retryable=False))
+    assert (d.action, d.terminal) == ("final", "JobFailed")
+    assert d.reason == "not retryable: no node in the fleet can hold the job"
+
+
 def test_resume_from_the_latest_checkpoint_of_any_attempt() -> None:
     v = view(("node_lost", "platform"), ("node_lost", "platform"), retry={"max_attempts": 5})
     v = v.model_copy(update={"checkpoints": [ckpt("a", 1), ckpt("c", 9, 2), ckpt("b", 5)]})
