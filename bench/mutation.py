@@ -326,18 +326,19 @@ def _rank(mutant: str) -> int:
     return ORDER.index(module) if module in ORDER else len(ORDER)
 
 
-def _mutmut(argv: list[str], modules: list[str] | None = None) -> None:
+def _mutmut(argv: list[str], modules: list[str] | None, again: frozenset[str]) -> None:
     """Run mutmut's command line in this process (it forks one child per mutant).
 
     mutmut 3.7 records which test covers a function from ``Item._nodeid``, which pytest 9
     no longer has; 3.8 reads ``nodeid`` but needs click >= 8.4.2, which faust-streaming
     0.15.3's pin (< 8.4) forbids. So 3.7, with the attribute it reads given back.
 
-    With ``modules`` (and no mutant names in ``argv``), only those modules' mutants without
-    a verdict run, module by module in :data:`ORDER` and, within one, those whose covering
-    tests are quickest first: mutmut itself would run every module's quickest mutants first,
-    so that an interrupted run leaves no module complete. A verdict is saved as soon as it is
-    known, so an interrupted run is resumed by running it again.
+    With ``modules`` (and no mutant names in ``argv``), the mutants in ``again`` run first,
+    whatever their verdict, then those modules' mutants without a verdict, module by module
+    in :data:`ORDER` and, within one, those whose covering tests are quickest first: mutmut
+    itself would run every module's quickest mutants first, so that an interrupted run
+    leaves no module complete. A verdict is saved as soon as it is known, so an interrupted
+    run is resumed by running it again.
     """
     import _pytest.nodes
     import mutmut.__main__ as mm
@@ -352,11 +353,16 @@ def _mutmut(argv: list[str], modules: list[str] | None = None) -> None:
 
         def pending(*, mutant_names: tuple[str, ...] | list[str]) -> Any:
             mutants, by_path = collect(mutant_names=mutant_names)
-            left = [x for x in mutants if x[1].partition(".x")[0] in chosen and x[2] is None]
+            left = [
+                (m, name, None if name in again else verdict)  # None: mutmut runs it
+                for m, name, verdict in mutants
+                if name in again or (verdict is None and name.partition(".x")[0] in chosen)
+            ]
             return left, by_path
 
         def in_order(mutant_name: str) -> float:  # only mutmut's run order reads it
-            return _rank(mutant_name) * 1e9 + estimate(mutant_name)
+            rank = -1 if mutant_name in again else _rank(mutant_name)
+            return rank * 1e9 + estimate(mutant_name)
 
         mm.collect_source_file_mutation_data = pending
         mm.estimated_worst_case_time = in_order
@@ -403,32 +409,29 @@ def run(modules: list[str], survivors: bool = False) -> int:
 
     Only mutants without a verdict run: a run stopped part way is resumed by running it
     again. mutmut keeps each verdict until the code of its function changes. With
-    ``survivors``, every mutant that survived its last run is run again (after new tests).
+    ``survivors``, every mutant that survived its last run runs again first (after new
+    tests). Mutants named (or globbed) run again, and only they.
     """
     workdir()
     os.nice(10)
     os.environ["GRIDLEDGER_HYPOTHESIS_PROFILE"] = "mutation"
     os.environ["GRIDLEDGER_PROPERTY_EXAMPLES"] = "15"
-    again = [
+    again = frozenset(
         n
         for verdicts in _results().values()
-        for n, s in sorted(verdicts.items())
-        if s == "survived" and n not in EQUIVALENT
-    ]
-    paths = [m for m in modules if _pattern(m) != m]
-    names = [m for m in modules if _pattern(m) == m] + (again if survivors else [])
-    if names:  # named mutants run again, verdict or not; so do the modules named with them
-        names += [_pattern(m) for m in paths]
-    if survivors and not again:
-        return 0
-    _note_run(sorted({_module_of(n) for n in names} if names else set(paths or pure_modules())))
+        for n, s in verdicts.items()
+        if s == "survived" and n not in EQUIVALENT and survivors
+    )
+    paths = [m for m in modules if _pattern(m) != m] or pure_modules()
+    names = [m for m in modules if _pattern(m) == m]
+    _note_run(sorted({_module_of(n) for n in names} if names else set(paths)))
     started = time.monotonic()
     pid = os.fork()  # mutmut's state is global: its own process, so run() can be called again
     if pid == 0:
         code = 0
         try:
             argv = ["run", "--max-children", str(workers()), *names]
-            _mutmut(argv, None if names else paths or pure_modules())
+            _mutmut(argv, None if names else paths, again)
         except BaseException:  # noqa: BLE001 (shown here: the child must not return into run())
             traceback.print_exc()
             code = 1
