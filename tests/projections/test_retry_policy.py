@@ -173,6 +173,11 @@ def test_a_job_that_does_not_fit_is_not_retried_and_its_decision_ends_it_failed(
     assert d.reason == "not retryable: no node in the fleet can hold the job"
 
 
+def test_a_cancelled_job_ends_cancelled_by_the_user_whatever_its_budget() -> None:
+    d = decide(view(retry={"max_attempts": 5}), failure("cancelled", who="user", retryable=False))
+    assert (d.action, d.terminal, d.reason) == ("final", "JobCancelled", "cancelled by the user")
+
+
 def test_resume_from_the_latest_checkpoint_of_any_attempt() -> None:
     v = view(("node_lost", "platform"), ("node_lost", "platform"), retry={"max_attempts": 5})
     v = v.model_copy(update={"checkpoints": [ckpt("a", 1), ckpt("c", 9, 2), ckpt("b", 5)]})
