@@ -413,6 +413,10 @@ def run(modules: list[str], survivors: bool = False) -> int:
     tests). Mutants named (or globbed) run again, and only they.
     """
     workdir()
+    # Started in the background (nohup, &), Python would ignore SIGINT: let it and SIGTERM
+    # stop the run the way Ctrl-C does, mutmut keeping every verdict.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     os.nice(10)
     os.environ["GRIDLEDGER_HYPOTHESIS_PROFILE"] = "mutation"
     os.environ["GRIDLEDGER_PROPERTY_EXAMPLES"] = "15"
@@ -429,6 +433,7 @@ def run(modules: list[str], survivors: bool = False) -> int:
     pid = os.fork()  # mutmut's state is global: its own process, so run() can be called again
     if pid == 0:
         code = 0
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # mutmut stops its children with it
         try:
             argv = ["run", "--max-children", str(workers()), *names]
             _mutmut(argv, None if names else paths, again)
