@@ -500,7 +500,7 @@ def classify_refusal(event: RecordRefused, attempt: int) -> Classification:
             "limit": f"{event.limit_bytes:,} bytes",
         },
     )
-    return classify_facts(f).model_copy(update={"attempt": attempt})
+    return classify_facts(f)
 
 
 def classify_rejection(event: JobRejected) -> Classification:

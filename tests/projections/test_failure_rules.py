@@ -102,6 +102,14 @@ CASES = [
         False,
         ["'/app/train.py'", "code 2"],
     ),
+    (  # in an image whose WORKDIR is /, python says '//XLA_bench.py' for 'XLA_bench.py'
+        2,
+        ["python: can't open file '//XLA_bench.py': [Errno 2] No such file or directory"],
+        "missing_file",
+        "user",
+        False,
+        ["'/XLA_bench.py'"],
+    ),
     (
         1,
         ["FileNotFoundError: data/train.jsonl"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from projections.accounting import account
 from projections.decisions import react_all
+from projections.failures import classify_refusal
 from projections.job_state import VIEW_BUDGET, project
 from projections.retry import latest_checkpoint
 from schemas import codec
@@ -36,7 +37,8 @@ def test_a_refused_record_ends_a_running_job_platform_side_and_credits_its_compu
     assert view.failure is not None
     assert (view.failure.failure_class, view.failure.attribution) == ("record_refused", "platform")
     assert "JobView on job-state" in view.failure.summary
-    assert "1,200,000 bytes" in view.failure.summary
+    assert "1,200,000 bytes is over the topic's limit of 1,048,576 bytes" in view.failure.summary
+    assert view.failure.attempt == 1
     assert "dead-letter topic" in view.failure.advice
     # The attempt still running is stopped, and replay derives exactly what was decided.
     assert [type(e) for e in job.events[-2:]] == [JobFailed, AttemptSuperseded]
@@ -47,6 +49,15 @@ def test_a_refused_record_ends_a_running_job_platform_side_and_credits_its_compu
     record = account(job.events, job.ticks)
     assert record.billable_gpu_seconds == 0.0
     assert record.credited_gpu_seconds == record.gpu_seconds > 0
+
+
+def test_a_refusal_is_classified_on_the_job_s_attempt_when_it_came() -> None:
+    job = JobHistory()
+    job.submit()
+    job.start()
+    event = refused(job.wait(30))
+    c = classify_refusal(event, 2)
+    assert (c.failure_class, c.attempt, c.occurred_at) == ("record_refused", 2, event.occurred_at)
 
 
 def test_a_second_refusal_after_the_end_decides_nothing() -> None:
