@@ -178,6 +178,15 @@ def test_a_cancelled_job_ends_cancelled_by_the_user_whatever_its_budget() -> Non
     assert (d.action, d.terminal, d.reason) == ("final", "JobCancelled", "cancelled by the user")
 
 
+def test_a_user_class_the_platform_caused_is_retried_and_the_user_s_own_is_not() -> None:
+    on_platform = decide(view(("cuda_unavailable", "platform")), failure("cuda_unavailable"))
+    on_user = decide(
+        view(("cuda_unavailable", "user")), failure("cuda_unavailable", who="user", retryable=False)
+    )
+    assert (on_platform.action, on_user.action, on_user.terminal) == ("retry", "final", "JobFailed")
+    assert on_user.reason == "not retryable: the job's image cannot use CUDA"
+
+
 def test_resume_from_the_latest_checkpoint_of_any_attempt() -> None:
     v = view(("node_lost", "platform"), ("node_lost", "platform"), retry={"max_attempts": 5})
     v = v.model_copy(update={"checkpoints": [ckpt("a", 1), ckpt("c", 9, 2), ckpt("b", 5)]})
