@@ -256,6 +256,15 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         "if best is not None and best[0][0] == 0 and best[0][2] == 0:",
         "best[0][2] is a free count >= 1, so this early exit never fires; it only skipped "
         "buckets of larger counts, which cannot beat a (0, 0, count) key"),
+    "projections.failures.x__matches__mutmut_3": (
+        'rule.phase in ("XX*XX", f.phase),',
+        "the only rule of phase '*' is fallback.unknown, the last of RULES, which "
+        "classify_facts() takes anyway when no rule matched"),
+    "projections.failures.x__matches__mutmut_39": (
+        "rule.retry_attempt is None or (f.attempt >= 1) == rule.retry_attempt,",
+        "the one retry_attempt rule reads a NoCapacity, whose attempt is 0 before the first "
+        "attempt (derived from the JobQueued of attempt 0) and the retry's number (>= 2) "
+        "after; no NoCapacity has attempt 1"),
 }
 # fmt: on
 """Survivors that change no behaviour: mutmut name -> (the mutated line, why it is
