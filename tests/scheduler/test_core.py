@@ -130,6 +130,36 @@ def test_a_retry_that_no_longer_fits_after_a_restart_rejects_the_job_not_the_att
     assert rejected.causation_id == requeued.event_id and rejected.attempt == 0
 
 
+def test_a_placement_names_the_provider_region_model_and_tenant_billing_prices_by() -> None:
+    s = state()
+    _, placed = run(s, node("a", provider="p1", region="eu"), submit("j"))
+    assert isinstance(placed, AttemptScheduled)
+    assert (placed.provider, placed.region, placed.gpu_model, placed.tenant) == (
+        "p1",
+        "eu",
+        "A100-80GB",
+        "t",
+    )
+
+
+def test_no_capacity_says_what_was_needed_and_what_the_job_avoided() -> None:
+    s = state()
+    spec = {
+        "model": {"params_billion": 16, "dtype": "fp16"},
+        "resources": {"gpus": 2, "gpu_models": ["A100-80GB", "H100"]},
+        "placement": {"avoid_nodes": ["z", "b"]},
+        "limits": {"queue_timeout_s": 10},
+    }
+    _, placed = run(s, node("a", count=2), submit("j", **spec))
+    assert isinstance(placed, AttemptScheduled)
+    run(s, submit("k", **spec))  # the second job waits: j holds both GPUs
+    (late,) = [e for e in run(s, now=T0 + timedelta(seconds=11)) if isinstance(e, NoCapacity)]
+    assert late.detail == (
+        "no live node had 2 GPU(s) with at least 19.2 GiB each of A100-80GB, H100 free before "
+        "the queue deadline (the job avoids b, z)"
+    )
+
+
 def test_empty_fleet_means_wait_not_reject() -> None:
     s = state()
     out = run(s, submit("j", model={"params_billion": 70}))
