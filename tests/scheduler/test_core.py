@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -144,7 +145,7 @@ def test_a_placement_names_the_provider_region_model_and_tenant_billing_prices_b
 
 def test_no_capacity_says_what_was_needed_and_what_the_job_avoided() -> None:
     s = state()
-    spec = {
+    spec: dict[str, Any] = {
         "model": {"params_billion": 16, "dtype": "fp16"},
         "resources": {"gpus": 2, "gpu_models": ["A100-80GB", "H100"]},
         "placement": {"avoid_nodes": ["z", "b"]},
