@@ -304,8 +304,9 @@ ORDER = (
     "services/agent/meter.py", "services/processors/watchdog.py",
     "services/processors/dispatch.py", "services/notary/chain.py",
     "services/notary/findings.py", "projections/decisions.py", "projections/prices.py",
-    "projections/usage.py", "projections/job_state.py", "projections/history.py",
-    "projections/evidence.py", "projections/accounting.py",
+    "projections/usage.py", "projections/fence.py", "projections/job_state.py",
+    "projections/fold.py", "projections/history.py", "projections/evidence.py",
+    "projections/accounting.py",
 )  # fmt: skip
 """The order ``run`` takes the modules in (any module not named here comes after them):
 the audited rules first, then the deciders outside projections/ (their mutants cost least:
