@@ -25,7 +25,14 @@ from pydantic import BaseModel
 
 from projections.failures import classify_rejection
 from projections.history import is_job_event
-from projections.job_state import VIEW_BUDGET, _cut, _failure, last_lines, latest_checkpoints
+from projections.job_state import (
+    VIEW_BUDGET,
+    _cut,
+    _failure,
+    last_lines,
+    latest_checkpoints,
+    output_info,
+)
 from schemas.avro import NAMESPACE
 from schemas.events import (
     AttemptAccepted,
@@ -567,29 +574,9 @@ def _put_output(s: JobState, output: OutputInfo) -> None:
     s.outputs.append(output)
 
 
-@_on(OutputStored)
-def _output(event: OutputStored, s: JobState) -> None:
-    output = OutputInfo(
-        path=event.path,
-        status="stored",
-        attempt=event.attempt,
-        uri=event.uri,
-        sha256=event.sha256,
-        bytes=event.bytes,
-    )
-    _put_output(s, output)
-
-
-@_on(OutputFailed)
-def _output_failed(event: OutputFailed, s: JobState) -> None:
-    output = OutputInfo(
-        path=event.path,
-        status=event.reason,
-        attempt=event.attempt,
-        required=event.required,
-        message=event.message,
-    )
-    _put_output(s, output)
+@_on(OutputStored, OutputFailed)
+def _output(event: OutputStored | OutputFailed, s: JobState) -> None:
+    _put_output(s, output_info(event))
 
 
 @_on(ComputeReleased)

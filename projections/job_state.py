@@ -449,29 +449,34 @@ def _put_output(view: JobView, output: OutputInfo) -> JobView:
     return view.model_copy(update={"outputs": [*others, output]})
 
 
-@_apply.register
-def _(event: OutputStored, view: JobView) -> JobView:
-    output = OutputInfo(
-        path=event.path,
-        status="stored",
-        attempt=event.attempt,
-        uri=event.uri,
-        sha256=event.sha256,
-        bytes=event.bytes,
-    )
-    return _put_output(view, output)
-
-
-@_apply.register
-def _(event: OutputFailed, view: JobView) -> JobView:
-    output = OutputInfo(
+def output_info(event: OutputStored | OutputFailed) -> OutputInfo:
+    """The view's entry for one declared output's fact (both folds read it from here)."""
+    if isinstance(event, OutputStored):
+        return OutputInfo(
+            path=event.path,
+            status="stored",
+            attempt=event.attempt,
+            uri=event.uri,
+            sha256=event.sha256,
+            bytes=event.bytes,
+        )
+    return OutputInfo(
         path=event.path,
         status=event.reason,
         attempt=event.attempt,
         required=event.required,
         message=event.message,
     )
-    return _put_output(view, output)
+
+
+@_apply.register
+def _(event: OutputStored, view: JobView) -> JobView:
+    return _put_output(view, output_info(event))
+
+
+@_apply.register
+def _(event: OutputFailed, view: JobView) -> JobView:
+    return _put_output(view, output_info(event))
 
 
 @_apply.register
