@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
@@ -157,6 +158,15 @@ def _record_headers(name: str) -> tuple[list[tuple[str, bytes]], bytes]:
         (HEADER_FINGERPRINT, fingerprint_hex(schema.fingerprint).encode()),
         (HEADER_CONTENT_TYPE, CONTENT_TYPE),
     ], (CE_TYPE_PREFIX + schema.name).encode()
+
+
+def type_header(headers: Iterable[tuple[str, bytes]] | None) -> str | None:
+    """The record type a record's headers name (:data:`HEADER_TYPE`), readable without
+    decoding it; None without one (decode it and let the codec judge)."""
+    for name, value in headers or ():
+        if name == HEADER_TYPE:
+            return bytes(value).decode(errors="replace")
+    return None
 
 
 @lru_cache(maxsize=4096)

@@ -17,14 +17,16 @@ producer's claim of when a fact happened, not when the platform learnt it.
 from __future__ import annotations
 
 import base64
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from projections.fence import Fence
 from schemas import codec
 from schemas.errors import EventDecodeError
-from schemas.events import Event, MeterTick
+from schemas.events import Event, LeaderElected, MeterTick
 from schemas.topics import FOLDED_TOPICS
 from services.clock import utcnow
 from services.ledger.client import heard_at, partition_for, skipped
@@ -32,6 +34,7 @@ from services.ledger.port import LedgerPort
 from services.replay.offline import FORMAT, FORMAT_VERSION, live_decisions
 
 CONSUMER = "export"
+FENCE_MARKER = LeaderElected.__name__
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,9 @@ class JobRecord:
     event: Event | None
     """None when the record does not decode (``error`` says why)."""
     error: str = ""
+    fenced: bool = False
+    """A scheduler decision of a deposed leader (:mod:`projections.fence`): on the ledger,
+    so listed, but never folded, by this module's readers as by every other."""
 
 
 def ledger_time(record: JobRecord) -> datetime:
@@ -62,15 +68,25 @@ async def read_job(ledger: LedgerPort, job_id: str) -> list[JobRecord]:
     """Every record keyed ``job_id`` on the folded topics, topic by topic, in offset order.
 
     Reads the job's partition of each topic from offset 0 to its end now. A record that
-    does not decode is kept with the reason (the sink parks it; the folds skip it).
+    does not decode is kept with the reason (the sink parks it; the folds skip it). The
+    leader fence's markers on the job's partition of ``job-events`` (keyed by no job) are
+    read too, so a deposed scheduler's decision is marked ``fenced``, as every reader
+    judges it.
     """
     out: list[JobRecord] = []
     key = job_id.encode()
+    fence = Fence()
     for suffix in FOLDED_TOPICS:
         topic = ledger.settings.topic(suffix)
         partition = partition_for(job_id, await ledger.partitions(topic))
         async for raw in ledger.read_raw(topic, [partition]):
-            if raw.key != key or raw.value is None:
+            if raw.value is None:
+                continue
+            if raw.key != key:
+                if suffix == "job-events" and codec.type_header(raw.headers) == FENCE_MARKER:
+                    with contextlib.suppress(EventDecodeError):
+                        marker = codec.decode_event(raw.value, trusted=True)
+                        fence.admits(raw.partition, raw.offset, marker)
                 continue
             event: Event | None = None
             error = ""
@@ -79,6 +95,7 @@ async def read_job(ledger: LedgerPort, job_id: str) -> list[JobRecord]:
             except EventDecodeError as exc:
                 skipped(raw, CONSUMER, exc)
                 error = str(exc)
+            fenced = event is not None and not fence.admits(raw.partition, raw.offset, event)
             out.append(
                 JobRecord(
                     suffix,
@@ -90,9 +107,15 @@ async def read_job(ledger: LedgerPort, job_id: str) -> list[JobRecord]:
                     bytes(raw.value),
                     event,
                     error,
+                    fenced,
                 )
             )
     return out
+
+
+def folded(record: JobRecord) -> Event | None:
+    """The record's event where the folds apply it: decoded and not fenced."""
+    return None if record.fenced else record.event
 
 
 def as_of(records: Sequence[JobRecord], moment: datetime) -> tuple[list[Event], list[MeterTick]]:
@@ -101,18 +124,19 @@ def as_of(records: Sequence[JobRecord], moment: datetime) -> tuple[list[Event], 
     history: list[Event] = []
     ticks: list[MeterTick] = []
     for r in records:
-        if r.event is None or ledger_time(r) > moment:
+        event = folded(r)
+        if event is None or ledger_time(r) > moment:
             continue
-        if isinstance(r.event, MeterTick):
-            ticks.append(r.event)
+        if isinstance(event, MeterTick):
+            ticks.append(event)
         elif r.suffix == "job-events":
-            history.append(r.event)
+            history.append(event)
     return history, ticks
 
 
 def job_events_in(records: Sequence[JobRecord]) -> int:
     """Distinct job events among the records (what the job's view counts, once folded)."""
-    return len({r.event.event_id for r in records if r.event and r.suffix == "job-events"})
+    return len({e.event_id for r in records if (e := folded(r)) and r.suffix == "job-events"})
 
 
 def _entry(record: JobRecord, schemas: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -136,6 +160,8 @@ def _entry(record: JobRecord, schemas: dict[str, dict[str, Any]]) -> dict[str, A
     }
     if record.error:
         entry["error"] = record.error
+    if record.fenced:
+        entry["fenced"] = True
     return entry
 
 
@@ -151,7 +177,7 @@ def job_export(
     read models' JSON at export time; ``money``: the record's price, from the catalog the
     file does not hold, so carried and not refolded); the schemas its records name go to
     ``schemas``."""
-    history = [r.event for r in records if r.event is not None and r.suffix == "job-events"]
+    history = [e for r in records if (e := folded(r)) is not None and r.suffix == "job-events"]
     live = {"view": view, "accounting": accounting, "money": money, **live_decisions(history)}
     return {"job_id": job_id, "records": [_entry(r, schemas) for r in records], "live": live}
 

@@ -252,8 +252,8 @@ def replay_job(job: dict[str, Any], where: str, schemas: dict[str, Any]) -> JobR
         if entry.get("error"):
             continue  # undecodable on the ledger: the folds skip it there too
         event = _event(entry, at, out, schemas)
-        if event is None:
-            continue
+        if event is None or entry.get("fenced") is True:
+            continue  # a deposed leader's decision: checked, never folded (as on the ledger)
         if event.job_id != out.job_id:
             out.differences.append(Difference(f"{at}.payload.job_id", event.job_id, out.job_id))
         elif isinstance(event, MeterTick):

@@ -372,10 +372,7 @@ def _log_decisions(events: list[Event]) -> None:
 
 def _type_name(raw: Any) -> str | None:
     """The record's type header; None without one (decode it and let the codec judge)."""
-    for name, value in raw.headers or ():
-        if name == codec.HEADER_TYPE:
-            return bytes(value).decode(errors="replace")
-    return None
+    return codec.type_header(raw.headers)
 
 
 def build_scheduler(settings: Settings, *, ledger: LedgerPort | None = None) -> Scheduler:
