@@ -30,6 +30,7 @@ from schemas.events import LogChunk
 from schemas.log_position import LogPosition, advance, format_position, has
 from schemas.views import TERMINAL_STATUSES
 from services.api import queries
+from services.ledger import compose
 from services.ledger.port import LedgerPort
 from services.settings import Settings
 
@@ -198,7 +199,9 @@ async def _follow(
     queue: asyncio.Queue[LogChunk] = asyncio.Queue()
 
     async def pump() -> None:
-        async for record in ledger.follow("log-chunks", key=job_id, consumer_name="api-logs"):
+        async for record in compose.follow(
+            ledger, "log-chunks", key=job_id, consumer_name="api-logs"
+        ):
             chunk = record.value
             if (
                 isinstance(chunk, LogChunk)

@@ -9,7 +9,7 @@ from schemas.topics import HISTORY_TOPICS
 from schemas.views import AccountingRecord
 from services.chaos.invariants import LedgerSnapshot
 from services.clock import utcnow
-from services.ledger import Ledger
+from services.ledger import Ledger, compose
 from services.settings import Settings
 
 
@@ -20,7 +20,7 @@ async def snapshot(settings: Settings) -> LedgerSnapshot:
     async with Ledger(settings, "chaos-collect") as ledger:
         # The history's event ids are the proof that nothing was lost.
         for suffix in HISTORY_TOPICS:
-            async for record in ledger.read_partitions(settings.topic(suffix)):
+            async for record in compose.read_partitions(ledger, settings.topic(suffix)):
                 value = record.value
                 if not isinstance(value, Event):
                     continue
@@ -32,7 +32,7 @@ async def snapshot(settings: Settings) -> LedgerSnapshot:
                     )
                 elif isinstance(value, MeterTick):
                     snap.meter_ticks.append(value)
-        async for record in ledger.read_partitions(settings.topic("accounting")):
+        async for record in compose.read_partitions(ledger, settings.topic("accounting")):
             if isinstance(record.value, AccountingRecord):
                 snap.accounting[record.key] = record.value  # the last one per key wins
     return snap

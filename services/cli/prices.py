@@ -22,6 +22,7 @@ from services.cli import render
 from services.cli.exits import CliError, Exit
 from services.cli.options import Connection, Output, api_options, output_options
 from services.cli.usage import _utc_time
+from services.ledger import compose
 
 MAX_FILE_BYTES = 4 << 20
 
@@ -65,7 +66,7 @@ async def publish(settings: Any, path: Path) -> dict[str, Any]:
             return PriceBook(
                 [
                     r.value
-                    async for r in ledger.read_partitions(topic, consumer_name="prices")
+                    async for r in compose.read_partitions(ledger, topic, consumer_name="prices")
                     if isinstance(r.value, PriceCatalogPublished)
                 ]
             )

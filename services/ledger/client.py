@@ -52,6 +52,7 @@ from services.settings import Settings
 from services.transport import kafka_options
 
 if TYPE_CHECKING:
+    from services.ledger.port import LedgerPort
     from services.ledger.subscription import Subscription
 
 log = logging.getLogger(__name__)
@@ -156,17 +157,75 @@ def _partition_of(key: bytes | None, partitions: int) -> int:
     return (murmur2(key or b"") & 0x7FFFFFFF) % partitions
 
 
+_CONSUMED: dict[str, Any] = {}
+"""EVENTS_CONSUMED's child per topic: ``labels()`` costs more than a decode's Avro read."""
+
+
+def consumed(topic: str, count: int = 1) -> None:
+    """Count ``count`` records of ``topic`` consumed (``gridledger_events_consumed``)."""
+    counter = _CONSUMED.get(topic)
+    if counter is None:
+        counter = _CONSUMED[topic] = metrics.EVENTS_CONSUMED.labels(topic=topic)
+    counter.inc(count)
+
+
+def decoded(raw: Any) -> LedgerRecord | EventDecodeError | None:
+    """A consumed record decoded, why it does not decode, or None for a tombstone.
+
+    Decoded on the codec's trusted path: this ledger's topics are written only by
+    gridledger's services through ``codec.encode``, from validated models.
+    """
+    if raw.value is None:
+        return None  # a tombstone on a compacted topic
+    try:
+        value = codec.decode(raw.value, trusted=True)
+    except EventDecodeError as exc:
+        return exc
+    return LedgerRecord(
+        raw.topic,
+        raw.partition,
+        raw.offset,
+        raw.key.decode() if raw.key else "",
+        value,
+        raw.timestamp,
+        heard_at(raw, None),
+    )
+
+
+async def decode(
+    ledger: LedgerPort | LedgerOperations, raw: Any, consumer: str, dead_letter: bool = True
+) -> LedgerRecord | None:
+    """Decode a consumed record; None when it does not decode.
+
+    The consumer that owns a topic's processing (sink, processors, scheduler,
+    agent) dead-letters what it cannot decode, once. Readers that only look
+    (history, follow, replay) pass ``dead_letter=False`` and skip the record
+    with a warning, so re-reading a partition does not park it again.
+    """
+    record = decoded(raw)
+    if isinstance(record, EventDecodeError):
+        if dead_letter:
+            await ledger.dead_letter(raw, record, consumer)
+        else:
+            skipped(raw, consumer, record)
+        return None
+    if record is not None:
+        consumed(raw.topic)
+    return record
+
+
 class LedgerOperations:
     """What a ledger derives from its primitives, written once for the Kafka ledger and the
     in-memory one the tests use (tests/fakes/ledger.py), so the two cannot drift.
 
     A subclass provides ``settings``, ``outage``, :meth:`append_encoded` (the one append
-    path), :meth:`partitions` and :meth:`read_partitions`.
+    path), :meth:`partitions`, :meth:`open_consumer` (what a subscription reads with) and
+    ``read_raw``; what is composed of the port's operations alone (history, reading to
+    the end, follow) are plain functions over the port in :mod:`services.ledger.compose`.
     """
 
     settings: Settings
     outage: Outage
-    _consumed: dict[str, Any]
 
     async def append_encoded(self, items: Sequence[Encoded]) -> list[Appended]:
         """Append encoded records in order per partition and wait for every acknowledgement."""
@@ -174,16 +233,6 @@ class LedgerOperations:
 
     async def partitions(self, topic: str) -> int:
         """How many partitions ``topic`` has."""
-        raise NotImplementedError
-
-    def read_partitions(
-        self,
-        topic: str,
-        partitions: Iterable[int] | None = None,
-        consumer_name: str = "reader",
-        dead_letter: bool = False,
-    ) -> AsyncIterator[LedgerRecord]:
-        """Every decodable record of ``topic`` from offset 0 up to the end as of the call."""
         raise NotImplementedError
 
     def topic_of(self, event: Event) -> str:
@@ -207,22 +256,6 @@ class LedgerOperations:
         """Append values to the topic and under the key each names; None deletes the key
         (a tombstone on a compacted topic). Encodes, then :meth:`append_encoded`."""
         return await self.append_encoded(encoded(items))
-
-    async def append_until_acked(self, events: Sequence[Event]) -> list[Appended]:
-        """:meth:`append_many`, retried with backoff while the broker is unavailable.
-
-        For services whose state already assumes the events are on the ledger (the
-        scheduler's placements, the processors' decisions): they wait the outage out
-        instead of dropping or crashing. Events keep their ids across retries, so an
-        append that did land before its acknowledgement was lost is a duplicate every
-        consumer drops.
-        """
-        return await retrying(
-            lambda: self.append_many(events),
-            outage=self.outage,
-            transient=broker_unavailable,
-            backoff=self.settings.reconnect_backoff(),
-        )
 
     async def publish(self, topic_suffix: str, key: str, value: BaseModel | None) -> Appended:
         """Publish a view (JobView, AccountingRecord) to a compacted topic; None deletes it."""
@@ -309,54 +342,17 @@ class LedgerOperations:
     async def decode(
         self, raw: Any, consumer: str, dead_letter: bool = True
     ) -> LedgerRecord | None:
-        """Decode a consumed record; None when it does not decode.
+        """Decode a consumed record; None when it does not decode (:func:`decode`)."""
+        return await decode(self, raw, consumer, dead_letter)
 
-        The consumer that owns a topic's processing (sink, processors, scheduler,
-        agent) dead-letters what it cannot decode, once. Readers that only look
-        (history, follow, replay) pass ``dead_letter=False`` and skip the record
-        with a warning, so re-reading a partition does not park it again.
-        """
-        record = self.decoded(raw)
-        if isinstance(record, EventDecodeError):
-            if dead_letter:
-                await self.dead_letter(raw, record, consumer)
-            else:
-                skipped(raw, consumer, record)
-            return None
-        if record is not None:
-            self.consumed(raw.topic)
-        return record
-
-    def consumed(self, topic: str, count: int = 1) -> None:
-        """Count ``count`` records of ``topic`` consumed (``gridledger_events_consumed``)."""
-        counter = self._consumed.get(topic)
-        if counter is None:
-            counter = self._consumed[topic] = metrics.EVENTS_CONSUMED.labels(topic=topic)
-        counter.inc(count)
+    consumed = staticmethod(consumed)
 
     def decoded(self, raw: Any, consumer: str = "") -> LedgerRecord | EventDecodeError | None:
-        """The record decoded, why it does not decode, or None for a tombstone.
-
-        Decoded on the codec's trusted path: this ledger's topics are written only by
-        gridledger's services through ``codec.encode``, from validated models.
-        """
+        """The record decoded, why it does not decode, or None for a tombstone
+        (:func:`decoded`); a record arrived, so the broker answers again."""
         if self.outage.is_down:
-            self.outage.up()  # a record arrived: the broker answers again
-        if raw.value is None:
-            return None  # a tombstone on a compacted topic
-        try:
-            value = codec.decode(raw.value, trusted=True)
-        except EventDecodeError as exc:
-            return exc
-        return LedgerRecord(
-            raw.topic,
-            raw.partition,
-            raw.offset,
-            raw.key.decode() if raw.key else "",
-            value,
-            raw.timestamp,
-            heard_at(raw, None),
-        )
+            self.outage.up()
+        return decoded(raw)
 
     def subscribe(self, topics: Sequence[str], **how: Any) -> Subscription:
         """A live subscription to ``topics`` (full names): :class:`LedgerPort.subscribe`,
@@ -365,31 +361,9 @@ class LedgerOperations:
 
         return Subscription(self, topics, **how)
 
-    async def follow(
-        self, topic_suffix: str, *, key: str | None = None, consumer_name: str = "follower"
-    ) -> AsyncIterator[LedgerRecord]:
-        """Follow a topic live from its beginning (no group); with ``key``, only that key's
-        values. A reader that only looks: a record that does not decode is skipped (its
-        topic's owner parks it), and an outage is waited out as by any subscription."""
-        topics = [self.settings.topic(topic_suffix)]
-        async with self.subscribe(topics, name=consumer_name, key=key, parks=False) as live:
-            async for batch in live:
-                for record in batch.records:
-                    yield record
-
     def open_consumer(self, group_id: str | None = None, **options: Any) -> Any:
         """A consumer (not started) for a subscription: the ledger's primitive."""
         raise NotImplementedError
-
-    async def history(self, key: str, topic_suffix: str = "job-events") -> list[Event]:
-        """One job's (or node's) events on a topic, in order, read from its partition."""
-        topic = self.settings.topic(topic_suffix)
-        partition = partition_for(key, await self.partitions(topic))
-        return [
-            record.event
-            async for record in self.read_partitions(topic, [partition], "history")
-            if record.key == key and isinstance(record.value, Event)
-        ]
 
 
 class Ledger(LedgerOperations):
@@ -417,9 +391,6 @@ class Ledger(LedgerOperations):
         self._producer: AIOKafkaProducer | None = None
         self._started = False
         self._partitions: dict[str, int] = {}
-        self._consumed: dict[str, Any] = {}
-        """EVENTS_CONSUMED's child per topic: ``labels()`` costs more than a decode's
-        Avro read, and :meth:`decode` counts every record."""
         self._probe: AIOKafkaConsumer | None = None
         """The consumer :meth:`end_offsets` asks (started on first use)."""
         self.outage = outage_of(f"Kafka at {settings.kafka_bootstrap}")
@@ -656,18 +627,6 @@ class Ledger(LedgerOperations):
             for raw in raws:
                 yield raw
 
-    async def read_partitions(
-        self,
-        topic: str,
-        partitions: Iterable[int] | None = None,
-        consumer_name: str = "reader",
-        dead_letter: bool = False,
-    ) -> AsyncIterator[LedgerRecord]:
-        """Every decodable record of ``topic`` from offset 0 up to the end as of the call."""
-        async for batch in self.read_batches(topic, partitions, consumer_name, dead_letter):
-            for record in batch:
-                yield record
-
     async def read_batches(
         self,
         topic: str,
@@ -694,31 +653,6 @@ class Ledger(LedgerOperations):
             if records:
                 metrics.EVENTS_CONSUMED.labels(topic=topic).inc(len(records))
                 yield records
-
-    async def read_latest(
-        self, topic: str, partitions: Iterable[int] | None = None, consumer_name: str = "reader"
-    ) -> dict[str, LedgerRecord]:
-        """The latest decodable record per key of a compacted topic, up to its end now.
-
-        Only the last record of each key is decoded (a tombstone removes the key): before
-        the broker compacts a segment, a key's older versions are still there to read.
-        """
-        latest: dict[bytes, Any] = {}
-        async for raws in self._raw_batches(topic, partitions):
-            for raw in raws:
-                if raw.value is None:
-                    latest.pop(raw.key or b"", None)
-                else:
-                    latest[raw.key or b""] = raw
-        out: dict[str, LedgerRecord] = {}
-        for raw in latest.values():
-            record = self.decoded(raw)
-            if isinstance(record, EventDecodeError):
-                skipped(raw, consumer_name, record)
-            elif record is not None:
-                out[record.key] = record
-        metrics.EVENTS_CONSUMED.labels(topic=topic).inc(len(out))
-        return out
 
     async def _raw_batches(
         self, topic: str, partitions: Iterable[int] | None, max_records: int = 5000

@@ -19,6 +19,13 @@ What the contract says (and each implementation must keep):
   decode is skipped by readers and parked once on the dead-letter topic by the
   consumer that owns its processing (:meth:`LedgerPort.decode`).
 
+The port is only what a ledger must do itself: connect, name partitions and their
+ends, append (one event, many, or values already encoded), subscribe, lease, park a
+poison record, and read a topic to its end as stored (:meth:`LedgerPort.read_raw`).
+What is composed of those (a key's history, a topic's values to the end or its latest
+per key, following live, appending through an outage) is a plain function over the
+port in :mod:`services.ledger.compose`, the same for every ledger.
+
 Only this package speaks Kafka; a test enforces it.
 """
 
@@ -189,26 +196,8 @@ class LedgerPort(Protocol):
         """Append events in order per key; where each one landed, in the order given."""
         ...
 
-    async def append_until_acked(self, events: Sequence[Event]) -> list[Appended]:
-        """:meth:`append_many`, retried with backoff while the ledger is unavailable."""
-        ...
-
-    async def put_many(self, items: Sequence[Keyed]) -> list[Appended]:
-        """Append values with the topic and key each names (see :data:`Keyed`)."""
-        ...
-
-    async def publish(self, topic_suffix: str, key: str, value: BaseModel | None) -> Appended:
-        """Publish a view to a compacted topic (by suffix); None deletes the key's view."""
-        ...
-
     async def append_encoded(self, items: Sequence[Encoded]) -> list[Appended]:
         """Append values already encoded; the one append path the others go through."""
-        ...
-
-    async def send_raw(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
-    ) -> Appended:
-        """Append bytes as they are (dead letters, tests of malformed input)."""
         ...
 
     # ----------------------------------------------------------------------- reads
@@ -255,31 +244,4 @@ class LedgerPort(Protocol):
         self, topic: str, partitions: Iterable[int] | None = None
     ) -> AsyncIterator[RawRecord]:
         """Every stored record of ``topic`` as consumed, undecodable ones included."""
-        ...
-
-    def read_partitions(
-        self,
-        topic: str,
-        partitions: Iterable[int] | None = None,
-        consumer_name: str = "reader",
-        dead_letter: bool = False,
-    ) -> AsyncIterator[LedgerRecord]:
-        """Every decodable value of ``topic`` from its start to its end as of the call."""
-        ...
-
-    async def read_latest(
-        self, topic: str, partitions: Iterable[int] | None = None, consumer_name: str = "reader"
-    ) -> dict[str, LedgerRecord]:
-        """Key -> its latest decodable value on a compacted topic, up to its end now (a
-        tombstone removes the key)."""
-        ...
-
-    async def history(self, key: str, topic_suffix: str = "job-events") -> list[Event]:
-        """One key's events on a topic (by suffix), in order."""
-        ...
-
-    def follow(
-        self, topic_suffix: str, *, key: str | None = None, consumer_name: str = "follower"
-    ) -> AsyncIterator[LedgerRecord]:
-        """Follow a topic live from its beginning; with ``key``, only that key's values."""
         ...

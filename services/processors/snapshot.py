@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from schemas.views import TERMINAL_STATUSES, AccountingRecord, JobView
+from services.ledger import compose
 from services.ledger.port import LedgerPort
 
 
@@ -63,8 +64,8 @@ async def read_snapshot(ledger: LedgerPort, partitions: Iterable[int] | None = N
     parts = None if partitions is None else list(partitions)
     out = Snapshot()
     settings = ledger.settings
-    views = await ledger.read_latest(settings.topic("job-state"), parts, "snapshot")
-    records = await ledger.read_latest(settings.topic("accounting"), parts, "snapshot")
+    views = await compose.read_latest(ledger, settings.topic("job-state"), parts, "snapshot")
+    records = await compose.read_latest(ledger, settings.topic("accounting"), parts, "snapshot")
     out.views = {k: r.value for k, r in views.items() if isinstance(r.value, JobView)}
     out.accounting = {
         k: r.value for k, r in records.items() if isinstance(r.value, AccountingRecord)

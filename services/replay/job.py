@@ -8,6 +8,7 @@ from typing import Any
 from projections.history import unique
 from schemas.events import Event, MeterTick
 from schemas.views import AccountingRecord, JobView
+from services.ledger import compose
 from services.ledger.client import Ledger
 from services.replay.decisions import DecisionDrift, drift_of
 from services.replay.offline import fold
@@ -83,8 +84,10 @@ def _decision_detail(event: Event) -> str:
 
 async def replay_job(ledger: Ledger, job_id: str) -> JobReplay:
     """Read the job's partitions from offset 0 and fold them with the pure core."""
-    history = await ledger.history(job_id)
-    ticks = [t for t in await ledger.history(job_id, "meter-ticks") if isinstance(t, MeterTick)]
+    history = await compose.history(ledger, job_id)
+    ticks = [
+        t for t in await compose.history(ledger, job_id, "meter-ticks") if isinstance(t, MeterTick)
+    ]
     folded = fold(history, ticks) if history else None
     return JobReplay(
         job_id=job_id,

@@ -40,6 +40,7 @@ from schemas.events import Event, MeterTick
 from schemas.topics import FOLDED_TOPICS
 from schemas.views import AccountingRecord, JobView
 from services.gc_tuning import tuned_gc
+from services.ledger import compose
 from services.ledger.client import Ledger
 from services.replay.decisions import DecisionDrift, drift_of
 from services.settings import Settings
@@ -209,7 +210,7 @@ async def _judge_published(
     published: dict[str, JobView | None] = {}
     count = 0
     topic = ledger.settings.topic(JOB_STATE)
-    async for record in ledger.read_partitions(topic, parts, "replay"):
+    async for record in compose.read_partitions(ledger, topic, parts, "replay"):
         count += 1
         # The latest record per key is the published view (tombstones are not yielded).
         published[record.key] = record.value if isinstance(record.value, JobView) else None

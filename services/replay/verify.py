@@ -26,7 +26,7 @@ from typing import Any
 import asyncpg
 
 from schemas.topics import STORED_TOPICS
-from services.ledger import TopicPartition
+from services.ledger import TopicPartition, compose
 from services.ledger.client import Ledger, LedgerRecord
 from services.replay.compare import COMPARED_TABLES, RowDifference, compare_table
 from services.replay.decisions import DecisionDrift
@@ -135,7 +135,7 @@ async def verify(
         for suffix in STORED_TOPICS:
             topic = settings.topic(suffix)
             pending: list[LedgerRecord] = []
-            async for record in ledger.read_partitions(topic, consumer_name="replay"):
+            async for record in compose.read_partitions(ledger, topic, consumer_name="replay"):
                 if record.offset < snapshot.get(TopicPartition(topic, record.partition), 0):
                     pending.append(record)
                     report.records += 1

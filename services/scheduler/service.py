@@ -35,7 +35,7 @@ from typing import Any
 from schemas import codec
 from schemas.events import Event, JobRejected, JobSubmitted, NoCapacity, Role, with_role
 from services.clock import utcnow
-from services.ledger import Ledger, LedgerPort
+from services.ledger import Ledger, LedgerPort, compose
 from services.ledger.subscription import Batch, Subscription
 from services.ops import metrics
 from services.ops.logs import event_context
@@ -316,7 +316,7 @@ class Scheduler:
                 for item, size in parked
                 if isinstance(decision := item[2], Event)
             ]
-        await ledger.append_until_acked(events)
+        await compose.append_until_acked(ledger, events)
 
     async def _append_decided(self) -> None:
         """Append what was decided, in decision order, one acknowledged batch at a time.

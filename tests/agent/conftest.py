@@ -21,7 +21,7 @@ from services.agent.agent import Agent
 from services.agent.bootstrap import bootstrap
 from services.agent.runtime import LABEL_NODE, removal_settled
 from services.agent.settings import AgentSettings
-from services.ledger import Ledger
+from services.ledger import Ledger, compose
 from services.settings import Settings
 from tests.objectstore import PrivateStore
 
@@ -109,7 +109,7 @@ class Harness:
         """The job's events on ``topic``, duplicates (same event id) dropped."""
         seen: set[str] = set()
         out = []
-        for event in await self.ledger.history(job_id, topic):
+        for event in await compose.history(self.ledger, job_id, topic):
             if event.event_id not in seen:
                 seen.add(event.event_id)
                 out.append(event)

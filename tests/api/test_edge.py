@@ -8,6 +8,7 @@ import pytest
 
 from schemas.events import JobSubmitted
 from services.api import idempotency
+from services.ledger import compose
 from tests.api.conftest import OTHER_TOKEN, Api
 from tests.api.test_jobs import submit
 from tests.api.test_specs import job_events_appended
@@ -58,7 +59,9 @@ async def test_job_ids_are_128_bit_and_keyed_ids_an_hmac_replicas_agree_on(api: 
     assert idempotency.job_id_for(idempotency.id_key(replica), "dev", "k-1") == keyed
     assert idempotency.job_id_for(b"another key", "dev", "k-1") != keyed
     assert idempotency.job_id_for(secret, "other", "k-1") != keyed
-    events = [r.value async for r in api.ledger.read_partitions(api.settings.topic("job-events"))]
+    events = [
+        r.value async for r in compose.read_partitions(api.ledger, api.settings.topic("job-events"))
+    ]
     assert [e.job_id for e in events if isinstance(e, JobSubmitted)] == [keyed]
 
 

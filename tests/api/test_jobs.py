@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from schemas.events import CancelRequested, JobSubmitted
+from services.ledger import compose
 from tests.api.conftest import OTHER_TOKEN, Api
 from tests.sink.scenario import T0, node_facts, run_facts
 
@@ -44,7 +45,7 @@ async def submit(api: Api, body: str = SPEC_YAML, token: str | None = None) -> s
 
 async def test_submit_status_logs_accounting(api: Api) -> None:
     job_id = await submit(api)
-    history = await api.ledger.history(job_id)
+    history = await compose.history(api.ledger, job_id)
     assert [type(e) for e in history] == [JobSubmitted]
     assert isinstance(history[0], JobSubmitted)
     assert history[0].tenant == "dev" and history[0].spec.resources.memory_gb == 8
@@ -106,7 +107,7 @@ async def test_cancel_appends_cancel_requested_and_refuses_a_terminal_job(api: A
         f"/v1/jobs/{job_id}/cancel", json={"reason": "wrong data"}, headers=api.auth()
     )
     assert response.status == 202
-    history = await api.ledger.history(job_id)
+    history = await compose.history(api.ledger, job_id)
     cancel = [e for e in history if isinstance(e, CancelRequested)]
     assert len(cancel) == 1 and cancel[0].reason == "wrong data"
     assert cancel[0].requested_by == "dev"
@@ -145,7 +146,12 @@ async def test_a_tenant_never_sees_another_tenants_job(api: Api) -> None:
     assert listed["jobs"] == []
     usage = await (await api.client.get("/v1/accounting", headers=other)).json()
     assert usage["records"] == []
-    assert len([e for e in await api.ledger.history(job_id) if isinstance(e, CancelRequested)]) == 0
+    assert (
+        len(
+            [e for e in await compose.history(api.ledger, job_id) if isinstance(e, CancelRequested)]
+        )
+        == 0
+    )
 
 
 async def test_missing_or_unknown_token_is_one_401_that_names_no_path(api: Api) -> None:
@@ -195,7 +201,7 @@ async def test_a_retried_submit_with_the_same_idempotency_key_is_one_job(api: Ap
         "/v1/jobs", data=SPEC_YAML, headers={**headers, **api.auth(OTHER_TOKEN)}
     )
     assert theirs.status == 202 and (await theirs.json())["job_id"] != job_id
-    assert len(await api.ledger.history(job_id)) == 1
+    assert len(await compose.history(api.ledger, job_id)) == 1
 
 
 async def test_a_node_that_stopped_reporting_is_shown_silent(api: Api) -> None:

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from schemas.events import JobSubmitted
 from services.api.app import build_app
 from services.api.errors import PROBLEM_JSON
-from services.ledger import Ledger
+from services.ledger import Ledger, compose
 from services.ops.specs import free_port
 from services.settings import Settings
 from tests.api.conftest import Api, write_tokens
@@ -67,7 +67,7 @@ async def test_with_postgres_down_a_submission_is_accepted_and_reads_say_they_la
     assert accepted["recorded"] is False and response.headers["Location"].endswith(
         accepted["job_id"]
     )
-    assert [type(e) for e in await ledger.history(accepted["job_id"])] == [JobSubmitted]
+    assert [type(e) for e in await compose.history(ledger, accepted["job_id"])] == [JobSubmitted]
 
     # A key's repeat is still one job: the ids come from the key, not from Postgres.
     first = await client.post("/v1/jobs", data=SPEC_YAML, headers=headers("k-pg-down"))
@@ -75,7 +75,7 @@ async def test_with_postgres_down_a_submission_is_accepted_and_reads_say_they_la
     assert (first.status, again.status) == (202, 200)
     job_id = (await first.json())["job_id"]
     assert (await again.json())["job_id"] == job_id
-    assert len(await ledger.history(job_id)) == 1
+    assert len(await compose.history(ledger, job_id)) == 1
 
     for path in ("/v1/jobs", f"/v1/jobs/{job_id}", f"/v1/jobs/{job_id}/events", "/v1/nodes"):
         read = await client.get(path, headers=headers())
@@ -100,7 +100,7 @@ async def test_fifty_concurrent_posts_with_one_key_make_one_job_and_one_event(ap
     statuses = sorted(status for status, _ in answers)
     assert statuses == [200] * 49 + [202]
     (job_id,) = {job_id for _, job_id in answers}
-    assert [type(e) for e in await api.ledger.history(job_id)] == [JobSubmitted]
+    assert [type(e) for e in await compose.history(api.ledger, job_id)] == [JobSubmitted]
     await api.sink.catch_up()
     listed = await (await api.client.get("/v1/jobs", headers=api.auth())).json()
     assert [j["job_id"] for j in listed["jobs"]] == [job_id]

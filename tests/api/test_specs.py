@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from services.ledger import compose
 from tests.api.conftest import Api
 
 pytestmark = pytest.mark.integration
@@ -100,7 +101,7 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
 
 async def job_events_appended(api: Api) -> int:
     topic = api.settings.topic("job-events")
-    return len([r async for r in api.ledger.read_partitions(topic)])
+    return len([r async for r in compose.read_partitions(api.ledger, topic)])
 
 
 async def test_bad_specs_are_422_naming_the_field(api: Api) -> None:

@@ -22,6 +22,7 @@ from projections.decisions import react_all
 from schemas import codec
 from schemas.events import EVENT_TYPES, ProcessExited
 from services.cli.exits import Exit
+from services.ledger import compose
 from tests.api.conftest import OTHER_TOKEN, Api
 from tests.cli.conftest import gridledger
 from tests.offline import replay_offline
@@ -45,7 +46,7 @@ async def _decide(api: Api, job_id: str) -> None:
     """Append the decisions the real deciders derive from the job's history, as the
     processors do, and let the sink fold everything."""
     while True:  # a decision is a fact the deciders react to in turn (FailureClassified)
-        history = await api.ledger.history(job_id)
+        history = await compose.history(api.ledger, job_id)
         recorded = {e.event_id for e in history}
         new = [d for d in react_all(history) if d.event_id not in recorded]
         if not new:

@@ -36,7 +36,7 @@ from services.ledger.client import (
     record_bytes,
 )
 from services.ledger.errors import BrokerUnavailableError, record_too_large
-from services.ledger.port import Appended, Encoded, LedgerRecord
+from services.ledger.port import Appended, Encoded
 from services.ledger.topics import topic_specs
 from services.settings import Settings
 
@@ -205,7 +205,6 @@ class FakeLedger(LedgerOperations):
         self._partitions = {spec.name: spec.partitions for spec in topic_specs(self.settings)}
         self.appended = asyncio.Event()
         """Set (and replaced) on every append: what a waiting reader waits on."""
-        self._consumed: dict[str, Any] = {}
         self._started = False
         self._broker_timed = {self.settings.topic(s) for s in BROKER_TIMED}
 
@@ -297,34 +296,6 @@ class FakeLedger(LedgerOperations):
         for partition in partitions or range(count):
             for raw in list(self.logs.get((topic, partition), [])):
                 yield raw
-
-    async def read_partitions(
-        self,
-        topic: str,
-        partitions: Iterable[int] | None = None,
-        consumer_name: str = "reader",
-        dead_letter: bool = False,
-    ) -> AsyncIterator[LedgerRecord]:
-        async for raw in self.read_raw(topic, partitions):
-            record = await self.decode(raw, consumer_name, dead_letter)
-            if record is not None:
-                yield record
-
-    async def read_latest(
-        self, topic: str, partitions: Iterable[int] | None = None, consumer_name: str = "reader"
-    ) -> dict[str, LedgerRecord]:
-        latest: dict[bytes, FakeRecord] = {}
-        async for raw in self.read_raw(topic, partitions):
-            if raw.value is None:
-                latest.pop(raw.key or b"", None)
-            else:
-                latest[raw.key or b""] = raw
-        out = {}
-        for raw in latest.values():
-            record = await self.decode(raw, consumer_name, dead_letter=False)
-            if record is not None:
-                out[record.key] = record
-        return out
 
     # ----------------------------------------------------------------------- for tests
 

@@ -46,7 +46,7 @@ from schemas.events import (
 from schemas.types import GpuDevice
 from services.agent.facts import agent_fact, node_fact
 from services.clock import utcnow
-from services.ledger import LedgerPort
+from services.ledger import LedgerPort, compose
 
 E = TypeVar("E", bound=Event)
 
@@ -283,7 +283,7 @@ class ScriptedNode:
         )
 
     async def _read_commands(self) -> None:
-        async for record in self.ledger.follow("node-commands", key=self.node_id):
+        async for record in compose.follow(self.ledger, "node-commands", key=self.node_id):
             await self.commands.put(record.event)
 
     async def next_command(self, kind: type[E] = AttemptScheduled, timeout: float = 30.0) -> E:  # type: ignore[assignment]

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from schemas.events import MeterTick
-from services.ledger import Ledger
+from services.ledger import Ledger, compose
 from services.ops.specs import free_port
 from services.settings import Settings, load_settings
 from services.sink.db import drop_schema
@@ -47,8 +47,12 @@ PREFIX = "recorded_"
 async def record(settings: Settings, job_id: str, name: str, description: str, source: str) -> Path:
     """Write ``recorded_<name>.json`` from the job's history on the settings' ledger."""
     async with Ledger(settings, "golden-recorder") as ledger:
-        events = await ledger.history(job_id)
-        ticks = [t for t in await ledger.history(job_id, "meter-ticks") if isinstance(t, MeterTick)]
+        events = await compose.history(ledger, job_id)
+        ticks = [
+            t
+            for t in await compose.history(ledger, job_id, "meter-ticks")
+            if isinstance(t, MeterTick)
+        ]
     if not events:
         raise SystemExit(f"{job_id}: no job-events on {settings.topic('job-events')}")
     path = HERE / f"{PREFIX}{name}.json"

@@ -22,7 +22,7 @@ from infra import kafka, stack
 from infra.private import link_jars, new_home, private_settings
 from schemas.errors import LedgerError, StackError
 from schemas.events import JobSubmitted
-from services.ledger import Ledger
+from services.ledger import Ledger, compose
 from services.ledger.client import partition_for
 from services.ledger.topics import ensure_topics, topic_configs, topic_specs
 from services.settings import Settings, load_settings
@@ -174,7 +174,7 @@ async def test_sigkill_of_the_partition_leader_loses_no_acknowledged_append(clus
         assert leader not in new_isr and len(new_isr) == 2
         read_back = {
             record.event.event_id
-            async for record in ledger.read_partitions(topic, [partition])
+            async for record in compose.read_partitions(ledger, topic, [partition])
             if record.key == job_id
         }
     missing = [event_id for event_id, _ in acked if event_id not in read_back]

@@ -30,7 +30,7 @@ from schemas.events import (
     NodeEvent,
 )
 from schemas.views import JobView
-from services.ledger import Ledger, LedgerPort, TopicPartition, partition_for
+from services.ledger import Ledger, LedgerPort, TopicPartition, compose, partition_for
 from services.ledger.client import DLQ_CONSUMER, DLQ_REASON, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
 from services.ledger.errors import LedgerRefusedError
 from services.ledger.topics import delete_topics, ensure_topics
@@ -65,7 +65,7 @@ async def ledger(request: pytest.FixtureRequest, settings: Settings) -> AsyncIte
 
 async def every(ledger: LedgerPort, suffix: str) -> list[Any]:
     """Every decodable value of a topic (by suffix), partition by partition."""
-    return [r async for r in ledger.read_partitions(ledger.settings.topic(suffix))]
+    return [r async for r in compose.read_partitions(ledger, ledger.settings.topic(suffix))]
 
 
 def queued(job_id: str, attempt: int, **fields: Any) -> JobQueued:
@@ -90,7 +90,7 @@ async def test_each_value_lands_on_its_keys_partition_in_the_order_given(ledger)
         assert where.offset > last.get(where.partition, -1), "offsets grow in the order given"
         last[where.partition] = where.offset
     for job in ("job-0", "job-3"):
-        assert await ledger.history(job) == [e for e in events if e.job_id == job]
+        assert await compose.history(ledger, job) == [e for e in events if e.job_id == job]
 
 
 async def test_every_event_type_goes_to_its_own_topic_and_reads_back_equal(ledger):
@@ -99,8 +99,8 @@ async def test_every_event_type_goes_to_its_own_topic_and_reads_back_equal(ledge
     assert [a.topic for a in appended] == [ledger.topic_of(e) for e in events]
     read_back = []
     for suffix in ("job-events", "heartbeats", "log-chunks", "meter-ticks"):
-        read_back += await ledger.history("job-1", suffix)
-    read_back += await ledger.history(sample(LeaderElected).key)  # a marker's own key
+        read_back += await compose.history(ledger, "job-1", suffix)
+    read_back += await compose.history(ledger, sample(LeaderElected).key)  # a marker's own key
     read_back += [r.event for r in await every(ledger, "node-events")]
     read_back += [r.event for r in await every(ledger, "prices")]
     by_id = {e.event_id: e for e in read_back}
@@ -149,7 +149,7 @@ async def test_read_latest_gives_each_keys_last_view_and_forgets_a_deleted_key(l
             (state, "job-c", None),
         ]
     )
-    latest = await ledger.read_latest(state)
+    latest = await compose.read_latest(ledger, state)
     assert {key: record.value for key, record in latest.items()} == {
         "job-a": second,
         "job-b": other,
@@ -160,7 +160,7 @@ async def test_a_topic_that_does_not_exist_is_an_error_that_says_how_to_create_i
     missing = f"{ledger.settings.topic_prefix}no-such-topic"
     with pytest.raises(LedgerError, match="does not exist: run `gridledger dev up`"):
         await ledger.append(queued("job-x", 0), topic=missing)
-    assert await ledger.history("job-x") == [], "nothing of a failed append is kept"
+    assert await compose.history(ledger, "job-x") == [], "nothing of a failed append is kept"
 
 
 async def test_an_undecodable_value_is_parked_once_by_its_owner_and_skipped_by_readers(ledger):
@@ -170,10 +170,12 @@ async def test_an_undecodable_value_is_parked_once_by_its_owner_and_skipped_by_r
     after = await ledger.append(JobSucceeded(job_id="job-x", attempt=2, occurred_at=T0))
     assert before.partition == bad.partition == after.partition
 
-    owned = ledger.read_partitions(topic, [bad.partition], "contract-owner", dead_letter=True)
+    owned = compose.read_partitions(
+        ledger, topic, [bad.partition], "contract-owner", dead_letter=True
+    )
     assert [r.event.attempt async for r in owned] == [1, 2]
     # Readers that only look skip it without parking it again.
-    assert [e.attempt for e in await ledger.history("job-x")] == [1, 2]
+    assert [e.attempt for e in await compose.history(ledger, "job-x")] == [1, 2]
 
     (parked,) = await raw_values(ledger, ledger.settings.topic("dead-letter"))
     headers = dict(parked.headers)
@@ -193,8 +195,8 @@ async def test_follow_skips_a_poison_record_counts_it_and_goes_on(ledger):
     before = REGISTRY.get_sample_value("gridledger_records_skipped_total", labels) or 0
 
     async def follow() -> None:
-        async for record in ledger.follow(
-            "job-events", key="job-p", consumer_name=labels["consumer"]
+        async for record in compose.follow(
+            ledger, "job-events", key="job-p", consumer_name=labels["consumer"]
         ):
             seen.append(record.event.attempt)
             if len(seen) == 2:
@@ -233,7 +235,7 @@ async def test_follow_sees_later_values_of_its_key_only(ledger):
     seen: list[int] = []
 
     async def follow() -> None:
-        async for record in ledger.follow("job-events", key="job-f"):
+        async for record in compose.follow(ledger, "job-events", key="job-f"):
             seen.append(record.event.attempt)
             if len(seen) == 3:
                 return
@@ -248,9 +250,9 @@ async def test_follow_sees_later_values_of_its_key_only(ledger):
 
 async def test_append_until_acked_appends_like_append_many(ledger):
     events = [queued("job-u", i) for i in range(3)]
-    appended = await ledger.append_until_acked(events)
+    appended = await compose.append_until_acked(ledger, events)
     assert [a.offset for a in appended] == sorted(a.offset for a in appended)
-    assert await ledger.history("job-u") == events
+    assert await compose.history(ledger, "job-u") == events
 
 
 # ----------------------------------------------------------------------- helpers

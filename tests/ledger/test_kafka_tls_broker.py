@@ -23,7 +23,7 @@ from pydantic import SecretStr
 from infra import kafka, processes
 from infra.private import link_jars, new_home, private_settings
 from schemas.events import JobSucceeded
-from services.ledger import Ledger, topics
+from services.ledger import Ledger, compose, topics
 from services.ledger.errors import LedgerError
 from services.ops.specs import free_ports
 from services.settings import Settings
@@ -118,7 +118,7 @@ async def test_topics_appends_and_reads_go_over_sasl_ssl(tls_broker: Settings) -
     async with Ledger(tls_broker, "tls-test") as ledger:
         appended = await ledger.append(JobSucceeded(job_id="job-tls", attempt=1, occurred_at=T0))
         assert appended.offset >= 0
-        assert [e.attempt for e in await ledger.history("job-tls")] == [1]
+        assert [e.attempt for e in await compose.history(ledger, "job-tls")] == [1]
 
 
 @pytest.mark.asyncio(loop_scope="module")

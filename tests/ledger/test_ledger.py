@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from schemas.events import EVENT_TYPES, JobSucceeded, LeaderElected, NodeEvent
-from services.ledger import Ledger
+from services.ledger import Ledger, compose
 from services.ledger.client import DLQ_CONSUMER, DLQ_ERROR, DLQ_SOURCE_OFFSET, DLQ_SOURCE_TOPIC
 from tests.schemas.samples import T0, sample
 
@@ -19,10 +19,14 @@ async def test_every_event_type_is_appended_and_read_back_equal(topics):
         assert all(a.offset >= 0 for a in appended)
         read_back = []
         for suffix in ("job-events", "heartbeats", "log-chunks", "meter-ticks"):
-            read_back += await ledger.history("job-1", suffix)
-        read_back += await ledger.history(sample(LeaderElected).key)  # a marker's own key
-        read_back += [r.event async for r in ledger.read_partitions(topics.topic("node-events"))]
-        read_back += [r.event async for r in ledger.read_partitions(topics.topic("prices"))]
+            read_back += await compose.history(ledger, "job-1", suffix)
+        read_back += await compose.history(ledger, sample(LeaderElected).key)  # a marker's own key
+        read_back += [
+            r.event async for r in compose.read_partitions(ledger, topics.topic("node-events"))
+        ]
+        read_back += [
+            r.event async for r in compose.read_partitions(ledger, topics.topic("prices"))
+        ]
     by_id = {e.event_id: e for e in read_back}
     for event in events:
         assert by_id.get(event.event_id) == event, f"{event.type} did not come back equal"
@@ -35,7 +39,7 @@ async def test_one_jobs_history_is_ordered_and_excludes_other_jobs(topics):
         for i in range(5):
             await ledger.append(JobSucceeded(job_id="job-a", attempt=i, occurred_at=T0))
             await ledger.append(JobSucceeded(job_id=f"job-b{i}", occurred_at=T0))
-        history = await ledger.history("job-a")
+        history = await compose.history(ledger, "job-a")
     assert [e.attempt for e in history] == [0, 1, 2, 3, 4]
     assert {e.job_id for e in history} == {"job-a"}
 
@@ -51,14 +55,14 @@ async def test_a_malformed_record_goes_to_the_dead_letter_topic_and_reading_cont
 
         # The owning consumer decodes, dead-letters the bad record once and goes on.
         decoded = []
-        async for record in ledger.read_partitions(
-            topics.topic("job-events"), [bad.partition], "test-consumer", dead_letter=True
+        async for record in compose.read_partitions(
+            ledger, topics.topic("job-events"), [bad.partition], "test-consumer", dead_letter=True
         ):
             decoded.append(record.event.attempt)
         assert decoded == [1, 2]
         # Readers that only look skip it without parking it again.
-        assert [e.attempt for e in await ledger.history("job-x")] == [1, 2]
-        assert [e.attempt for e in await ledger.history("job-x")] == [1, 2]
+        assert [e.attempt for e in await compose.history(ledger, "job-x")] == [1, 2]
+        assert [e.attempt for e in await compose.history(ledger, "job-x")] == [1, 2]
 
         consumer = ledger.consumer(topics.topic("dead-letter"))
         await consumer.start()

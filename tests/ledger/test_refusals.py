@@ -24,7 +24,13 @@ from aiokafka.errors import (
 )
 
 from schemas.events import LogChunk
-from services.ledger import BrokerUnavailableError, Ledger, LedgerRefusedError, broker_unavailable
+from services.ledger import (
+    BrokerUnavailableError,
+    Ledger,
+    LedgerRefusedError,
+    broker_unavailable,
+    compose,
+)
 from services.ledger.errors import FATAL, append_failed, refusal_of
 from services.ledger.topics import admin_client
 from services.settings import Settings
@@ -66,9 +72,9 @@ async def test_a_record_over_the_topics_max_message_bytes_is_refused_with_the_fi
             # cannot make the record fit. (The guard only turns a hang into a failure.)
             async with asyncio.timeout(120):
                 with pytest.raises(LedgerRefusedError) as refused:
-                    await ledger.append_until_acked([_chunk(20 * LIMIT, 1)])
+                    await compose.append_until_acked(ledger, [_chunk(20 * LIMIT, 1)])
             after = await ledger.append(_chunk(100, 2))  # the ledger is still usable
-            read_back = await ledger.history("job-1", "log-chunks")
+            read_back = await compose.history(ledger, "job-1", "log-chunks")
     finally:
         async with admin_client(small) as admin:
             await admin.delete_topics([name])

@@ -15,7 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from schemas.events import TERMINAL_EVENTS, Event, JobSubmitted
 from schemas.spec import JobSpec
 from services.clock import utcnow
-from services.ledger import Ledger, LedgerPort
+from services.ledger import Ledger, LedgerPort, compose
 from services.ledger.client import partition_for
 from services.processors import Processors, build_processors
 from services.processors.app import PROCESSORS, app_id_for, topics_for
@@ -89,7 +89,7 @@ async def wait_history(
     """Poll the job's history until ``done(history)``."""
     deadline = time.monotonic() + timeout
     while True:
-        history = await ledger.history(job_id)
+        history = await compose.history(ledger, job_id)
         if done(history):
             return history
         if time.monotonic() > deadline:
@@ -116,7 +116,7 @@ async def latest(ledger: Ledger, suffix: str, key: str) -> Any:
     topic = ledger.settings.topic(suffix)
     partition = partition_for(key, await ledger.partitions(topic))
     found = None
-    async for record in ledger.read_partitions(topic, [partition], "test"):
+    async for record in compose.read_partitions(ledger, topic, [partition], "test"):
         if record.key == key:
             found = record.value
     return found

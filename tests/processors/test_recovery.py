@@ -26,7 +26,7 @@ import pytest
 from projections.accounting import account
 from projections.job_state import project
 from schemas.events import AttemptScheduled, MeterTick
-from services.ledger import Ledger
+from services.ledger import Ledger, compose
 from services.ledger.client import DLQ_CONSUMER
 from services.settings import Settings
 from tests.fakes.scripted_node import ScriptedNode
@@ -122,7 +122,7 @@ async def test_sigkill_of_the_worker_mid_stream_loses_and_duplicates_nothing(top
             for job in jobs:
                 ticks = [
                     e
-                    for e in await ledger.history(job.job_id, "meter-ticks")
+                    for e in await compose.history(ledger, job.job_id, "meter-ticks")
                     if isinstance(e, MeterTick)
                 ]
                 expected = account(histories[job.job_id], ticks)
@@ -131,7 +131,7 @@ async def test_sigkill_of_the_worker_mid_stream_loses_and_duplicates_nothing(top
                 )
             # A late duplicate would be on the ledger once the worker committed everything.
             await wait_processed(settings, ledger)
-            final_histories = {j.job_id: await ledger.history(j.job_id) for j in jobs}
+            final_histories = {j.job_id: await compose.history(ledger, j.job_id) for j in jobs}
         finally:
             for task in serving:
                 task.cancel()
@@ -170,7 +170,7 @@ async def test_duplicated_input_events_change_nothing(topics):
             history = await wait_terminal(ledger, job.job_id)
             ticks = [
                 e
-                for e in await ledger.history(job.job_id, "meter-ticks")
+                for e in await compose.history(ledger, job.job_id, "meter-ticks")
                 if isinstance(e, MeterTick)
             ]
             record = await wait_latest(

@@ -16,7 +16,7 @@ import pytest
 from projections.accounting import account
 from projections.job_state import project
 from schemas.events import AttemptScheduled, Event, JobSubmitted, MeterTick, ProcessExited
-from services.ledger import Ledger
+from services.ledger import Ledger, compose
 from services.ledger.client import partition_for
 from services.settings import Settings
 from tests.fakes.scripted_node import ScriptedNode
@@ -51,7 +51,7 @@ async def run_to_the_end(ledger: Ledger, node: ScriptedNode, jobs: list[JobSubmi
         await run.finish(exit_code=0)
     for job in jobs:
         history = await wait_terminal(ledger, job.job_id, timeout=45)
-        ticks = await ledger.history(job.job_id, "meter-ticks")
+        ticks = await compose.history(ledger, job.job_id, "meter-ticks")
         expected = account(history, [t for t in ticks if isinstance(t, MeterTick)])
         await wait_latest(ledger, "accounting", job.job_id, partial(operator.eq, expected))
         await wait_latest(ledger, "job-state", job.job_id, partial(operator.eq, project(history)))
@@ -70,7 +70,7 @@ async def test_a_restarted_worker_skips_settled_jobs_until_a_record_for_one_arri
             async with services(settings):
                 await run_to_the_end(ledger, node, done)
                 await wait_processed(settings, ledger)
-            histories = {job.job_id: await ledger.history(job.job_id) for job in done}
+            histories = {job.job_id: await compose.history(ledger, job.job_id) for job in done}
             published = {job.job_id: await latest(ledger, "job-state", job.job_id) for job in done}
             accounted = {job.job_id: await latest(ledger, "accounting", job.job_id) for job in done}
 
@@ -94,7 +94,7 @@ async def test_a_restarted_worker_skips_settled_jobs_until_a_record_for_one_arri
                 still_settled = set(store.settled)
             view_after = await latest(ledger, "job-state", again)
             record_after = await latest(ledger, "accounting", again)
-            history_after = await ledger.history(again)
+            history_after = await compose.history(ledger, again)
         finally:
             await node.stop()
 

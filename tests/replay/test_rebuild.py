@@ -14,7 +14,7 @@ from projections.accounting import account
 from projections.decisions import settle
 from projections.job_state import project
 from schemas.events import Event, JobFailed, MeterTick
-from services.ledger import Ledger
+from services.ledger import Ledger, compose
 from services.replay.rebuild import Options, Rebuilt, rebuild
 from services.settings import Settings
 from services.simulator.histories import job_history
@@ -68,10 +68,14 @@ async def test_parallel_rebuild_equals_serial_and_the_processors_functions(
         await ledger.append_many(ledger_events())
         # An undecodable record: readers skip it without dead-lettering it (again).
         await ledger.send_raw(topics.topic("job-events"), b"job-001", b"\xc3\x01garbage", [])
-        histories = {f"job-{i:03d}": await ledger.history(f"job-{i:03d}") for i in range(30)}
+        histories = {
+            f"job-{i:03d}": await compose.history(ledger, f"job-{i:03d}") for i in range(30)
+        }
         ticks = {
             job_id: [
-                t for t in await ledger.history(job_id, "meter-ticks") if isinstance(t, MeterTick)
+                t
+                for t in await compose.history(ledger, job_id, "meter-ticks")
+                if isinstance(t, MeterTick)
             ]
             for job_id in histories
         }

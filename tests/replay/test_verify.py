@@ -12,7 +12,7 @@ from projections.job_state import project
 from schemas.events import Event, JobFailed, JobSubmitted
 from schemas.spec import JobSpec
 from services.cli.main import main
-from services.ledger import Ledger
+from services.ledger import Ledger, compose
 from services.replay.job import replay_job
 from services.replay.verify import verify
 from services.settings import Settings
@@ -135,7 +135,7 @@ async def test_the_job_state_topic_is_compared_with_the_rebuilt_views(
     settings, pool = pg
     async with Ledger(settings, "test") as ledger:
         await populate(settings, ledger, pool)
-        histories = {j: await ledger.history(j) for j in ("job-ok", "job-bad", "job-run")}
+        histories = {j: await compose.history(ledger, j) for j in ("job-ok", "job-bad", "job-run")}
         await ledger.publish("job-state", "job-ok", project(histories["job-ok"]))
         await ledger.publish("job-state", "job-bad", project(histories["job-bad"][:-2]))
         forged = project(histories["job-run"]).model_copy(update={"status": "succeeded"})

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from schemas.events import AttemptScheduled, ComputeReleased, JobQueued
-from services.ledger import Ledger
+from services.ledger import Ledger, compose
 from services.scheduler import build_scheduler
 from tests.fakes.scripted_node import ScriptedNode
 from tests.processors.harness import fast, submitted, utcnow, wait_history
@@ -63,7 +63,7 @@ async def test_a_restarted_scheduler_rebuilds_its_reservations_and_decides_nothi
             h2 = await wait_history(
                 ledger, job2.job_id, lambda h: bool(scheduled(h)), what="placement"
             )
-            h1 = await ledger.history(job1.job_id)
+            h1 = await compose.history(ledger, job1.job_id)
         finally:
             await second.stop()
             await node.stop()
@@ -100,7 +100,7 @@ async def test_a_silent_node_is_not_placeable(topics):
             )
             rounds = scheduler.rounds
             await eventually(lambda: scheduler.rounds >= rounds + 3, "three placement rounds")
-            assert not scheduled(await ledger.history(job.job_id))
+            assert not scheduled(await compose.history(ledger, job.job_id))
             await node.node_heartbeat()
             await wait_history(ledger, job.job_id, lambda h: bool(scheduled(h)), what="placement")
         finally:

@@ -10,7 +10,7 @@ import pytest
 from schemas.errors import EventEncodeError
 from schemas.events import AttemptScheduled, Event, JobQueued, NodeHeartbeat, NodeRegistered
 from schemas.types import GpuDevice
-from services.ledger import Ledger
+from services.ledger import Ledger, compose
 from services.ledger.client import Appended
 from services.scheduler import build_scheduler
 from services.settings import Settings
@@ -21,24 +21,32 @@ pytestmark = pytest.mark.integration
 
 
 class GatedLedger(Ledger):
-    """The scheduler's ledger, whose appends wait for ``gate`` (a broker slow to ack)."""
+    """The scheduler's ledger, whose appends of decisions wait for ``gate`` (a broker slow
+    to ack); its leader's claim and fence markers (no job's) go through."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings, "scheduler")
         self.gate = asyncio.Event()
         self.calls: list[list[tuple[str, str]]] = []
 
-    async def append_until_acked(self, events: Sequence[Event]) -> list[Appended]:
-        self.calls.append([(e.job_id, e.type) for e in events])
-        await self.gate.wait()
-        return await super().append_until_acked(events)
+    async def append_many(
+        self, events: Sequence[Event], topic: str | None = None
+    ) -> list[Appended]:
+        if all(e.job_id for e in events):
+            self.calls.append([(e.job_id, e.type) for e in events])
+            await self.gate.wait()
+        return await super().append_many(events, topic)
 
 
 class RefusingLedger(Ledger):
-    """A ledger whose appends fail with an error that is not an outage (a bug)."""
+    """A ledger whose appends of decisions fail with an error that is not an outage (a bug)."""
 
-    async def append_until_acked(self, events: Sequence[Event]) -> list[Appended]:
-        raise EventEncodeError(f"cannot encode {events[0].type}: refused by the test")
+    async def append_many(
+        self, events: Sequence[Event], topic: str | None = None
+    ) -> list[Appended]:
+        if all(e.job_id for e in events):
+            raise EventEncodeError(f"cannot encode {events[0].type}: refused by the test")
+        return await super().append_many(events, topic)
 
 
 async def register_node(ledger: Ledger, gpus: int) -> None:
@@ -85,12 +93,12 @@ async def test_decisions_go_on_while_an_append_waits_and_reach_the_ledger_in_ord
             ]
             await eventually(lambda: scheduler.skipped_own == 4, "its decisions read back")
             for job in (first, second):
-                history = await ledger.history(job.job_id)
+                history = await compose.history(ledger, job.job_id)
                 assert [type(e) for e in history] == [type(job), JobQueued, AttemptScheduled]
             placed = {
                 e.job_id: e.gpu_indices
                 for job in (first, second)
-                for e in await ledger.history(job.job_id)
+                for e in await compose.history(ledger, job.job_id)
                 if isinstance(e, AttemptScheduled)
             }
             assert sorted(placed["job-first"] + placed["job-second"]) == [0, 1]

@@ -14,6 +14,7 @@ from typing import Any
 from projections.decisions import react_all
 from projections.job_state import project
 from schemas.events import AttemptScheduled, Event, JobQueued, JobRejected, RecordRefused
+from services.ledger import compose
 from services.ledger.client import DLQ_CONSUMER, DLQ_ERROR, DLQ_REASON, encoded, record_bytes
 from services.scheduler import build_scheduler
 from services.settings import Settings
@@ -55,7 +56,7 @@ async def test_the_scheduler_places_on_the_fake_ledger_and_a_restart_decides_not
     finally:
         await second.stop()
         await node.stop()
-    history = await ledger.history(job.job_id)
+    history = await compose.history(ledger, job.job_id)
     (scheduled,) = placements(history)
     assert (scheduled.node_id, scheduled.gpu_indices) == ("node-a", [0])
     assert len([e for e in history if isinstance(e, JobQueued)]) == 1

@@ -30,7 +30,7 @@ from schemas.events import (
 )
 from schemas.spec import JobSpec, Resources
 from schemas.types import Evidence, GpuDevice, GpuUsage
-from services.ledger import LedgerPort, partition_for
+from services.ledger import LedgerPort, compose, partition_for
 from services.scheduler.leader import route_key
 
 T0 = datetime(2026, 11, 30, 9, 0, 0, tzinfo=UTC)
@@ -278,5 +278,5 @@ async def epoch_in_force(ledger: LedgerPort, job_id: str) -> int:
     fence marker; 0 before any): what a decision written beside a running scheduler needs."""
     topic = ledger.settings.topic("job-events")
     count = await ledger.partitions(topic)
-    markers = await ledger.history(route_key(partition_for(job_id, count), count))
+    markers = await compose.history(ledger, route_key(partition_for(job_id, count), count))
     return max((m.epoch for m in markers if isinstance(m, LeaderElected)), default=0)

@@ -18,7 +18,7 @@ import pytest
 
 from schemas.events import AttemptScheduled, CancelRequested, Event, JobSubmitted
 from services.api.idempotency import id_key, job_id_for
-from services.ledger import Ledger
+from services.ledger import Ledger, compose
 from services.ops.specs import LOCAL_AGENT_ENV, ServiceSpec
 from tests.system.outage_stack import SPEC_OK, PrivateStack, Reply, write_inventory
 
@@ -54,7 +54,7 @@ def post(stack: PrivateStack, key: str) -> Reply:
 def history(stack: PrivateStack, job_id: str) -> list[Event]:
     async def read() -> list[Event]:
         async with Ledger(stack.settings, "broker-outage-test") as ledger:
-            return await ledger.history(job_id)
+            return await compose.history(ledger, job_id)
 
     return asyncio.run(read())
 
