@@ -12,6 +12,10 @@ process's CPU clock (steadier than wall time on a shared machine), best of 3:
   every ``--every`` events (a batch) and at the end.
 - ``encode``: the published views as ``codec.encode(view)`` (``model_dump``) against
   ``codec.encode(Datum(state.datum()))`` (straight from the state).
+- ``account``: the job's accounting record published as the processors publish it, after
+  every ``--every`` events and at the end: ``account`` over the history so far (the
+  specification) against one ``projections.tally.Tally`` per job, synced each time. The
+  view is folded apart and passed to both, so only the accounting is timed.
 
 Writes ``bench/results/fold.json`` (``--out`` elsewhere). Not part of ``gridledger bench``:
 it measures one function pair, not a service.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,11 +33,13 @@ from typing import Any
 
 from bench.common import RESULTS
 from bench.load import histories
+from projections.accounting import account
 from projections.fold import JobState, fold
 from projections.job_state import evolve
+from projections.tally import Tally
 from schemas import codec
-from schemas.events import Event
-from schemas.views import JobView
+from schemas.events import Event, MeterTick
+from schemas.views import AccountingRecord, JobView
 
 
 def _cpu(run: Callable[[], object], repeat: int = 3) -> float:
@@ -64,6 +71,47 @@ def _published(jobs: list[list[Event]], every: int, fast: bool) -> list[JobView]
     return out
 
 
+Published = list[tuple[list[Event], list[MeterTick], JobView]]
+"""One job's publications: the job-events and ticks known by then, and the view."""
+
+
+def _publications(jobs: list[list[Event]], every: int) -> list[Published]:
+    """Each job's history cut after every ``every`` records and at its end, with the view
+    of each cut (folded here, outside the timed part)."""
+    out: list[Published] = []
+    for history in jobs:
+        cuts: Published = []
+        state: JobState | None = None
+        events: list[Event] = []
+        ticks: list[MeterTick] = []
+        for i, record in enumerate(history, 1):
+            if isinstance(record, MeterTick):
+                ticks.append(record)
+            else:
+                events.append(record)
+                state = fold([record], state)
+            if state is not None and (i % every == 0 or i == len(history)):
+                cuts.append((list(events), list(ticks), state.freeze()))
+        out.append(cuts)
+    return out
+
+
+def _accounted(jobs: list[Published], incremental: bool) -> list[AccountingRecord]:
+    """Every publication's record, by ``account`` or by one tally per job."""
+    out = []
+    for cuts in jobs:
+        tally: Tally | None = None
+        for events, ticks, view in cuts:
+            if not incremental:
+                out.append(account(events, ticks, view=view))
+                continue
+            tally = tally or Tally(view.job_id)
+            tally.sync(events)
+            tally.add_new_ticks(ticks)
+            out.append(tally.record(view))
+    return out
+
+
 def _states(jobs: list[list[Event]]) -> list[JobState]:
     return [s for h in jobs if (s := fold(h)) is not None]
 
@@ -86,6 +134,12 @@ def measure(events: int, every: int) -> dict[str, Any]:
         codec.encode(v) == codec.encode(codec.Datum("JobView", s.job_id, s.datum()))
         for v, s in zip(finals, states, strict=True)
     )
+    published = _publications(jobs, every)
+    records = _accounted(published, incremental=False)
+    if _accounted(published, incremental=True) != records:
+        raise AssertionError("the tally differs from account on the bench histories")
+    account_s = _cpu(lambda: _accounted(published, incremental=False))
+    tally_s = _cpu(lambda: _accounted(published, incremental=True))
     return {
         "events": n,
         "jobs": len(jobs),
@@ -97,6 +151,11 @@ def measure(events: int, every: int) -> dict[str, Any]:
         "encode_datum_us_per_view": datum_s / len(states) * 1e6,
         "model_dump_over_datum": dump_s / datum_s,
         "same_bytes": same,
+        "records_published": len(records),
+        "account_us_per_record": account_s / len(records) * 1e6,
+        "tally_us_per_record": tally_s / len(records) * 1e6,
+        "account_over_tally": account_s / tally_s,
+        "load_average": os.getloadavg()[0],
     }
 
 

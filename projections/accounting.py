@@ -260,33 +260,6 @@ def _attempt(
     return record, held_us, gpu_us if billable else 0, 0 if billable else gpu_us
 
 
-AttemptMemo = dict[int, tuple[tuple[object, ...], tuple[AttemptAccounting, int, int, int]]]
-"""Attempt -> (the inputs its accounting was computed from, the result): see :func:`account`."""
-
-
-def _inputs(
-    scope: Sequence[Event],
-    ticks: Sequence[MeterTick],
-    n: int,
-    terminal: bool,
-    as_of: datetime | None,
-    policy: AccountingPolicy,
-    after_end: bool,
-) -> tuple[object, ...]:
-    """Everything :func:`_attempt` reads, as a comparable key. The events and ticks by id
-    (in order: which of a release and a loss came first matters); ``as_of`` only while
-    the attempt holds its GPUs (it sizes an open hold, nothing else)."""
-    released = any(isinstance(e, ComputeReleased) for e in scope)
-    return (
-        tuple(e.event_id for e in scope),
-        tuple(t.event_id for t in ticks),
-        terminal,
-        None if released else as_of,
-        policy,
-        after_end,
-    )
-
-
 def _job_ticks(
     events: Sequence[Event], deduplicated: Sequence[Event], ticks: Iterable[MeterTick]
 ) -> tuple[str, list[MeterTick]]:
@@ -317,10 +290,9 @@ def _attempts(
     terminal: bool,
     as_of: datetime | None,
     policy: AccountingPolicy,
-    memo: AttemptMemo | None,
 ) -> tuple[list[AttemptAccounting], int, int, int]:
     """Every attempt's accounting, with the held, billable and credited microseconds of all
-    of them (see :func:`account`; ``memo`` as there)."""
+    of them (see :func:`account`)."""
     numbers = sorted(
         {e.attempt for e in events if isinstance(e, AttemptScheduled | ComputeHeld)}
         | {t.attempt for t in all_ticks}
@@ -343,14 +315,7 @@ def _attempts(
         scope = History(own if submitted is None or submitted.attempt == n else [submitted, *own])
         after_end = n in placed_after_end
         own_ticks = ticks_of.get(n, [])
-        key = _inputs(scope, own_ticks, n, terminal, as_of, policy, after_end)
-        known = memo.get(n) if memo is not None else None
-        if known is not None and known[0] == key:
-            record, h, b, c = known[1]
-        else:
-            record, h, b, c = _attempt(scope, own_ticks, n, terminal, as_of, policy, after_end)
-            if memo is not None:
-                memo[n] = (key, (record, h, b, c))
+        record, h, b, c = _attempt(scope, own_ticks, n, terminal, as_of, policy, after_end)
         attempts.append(record)
         held_us, billable_us, credited_us = held_us + h, billable_us + b, credited_us + c
     return attempts, held_us, billable_us, credited_us
@@ -361,7 +326,6 @@ def account(
     ticks: Iterable[MeterTick] = (),
     policy: AccountingPolicy = DEFAULT_POLICY,
     view: JobView | None = None,
-    memo: AttemptMemo | None = None,
 ) -> AccountingRecord:
     """The job's accounting record as of its latest event.
 
@@ -375,10 +339,6 @@ def account(
             ``history``; the record is then identical to the one computed without it.
             None (the default) folds ``history`` here. Ignored when ``history`` holds
             no job-event.
-        memo: per-attempt results of an earlier call for the same job, kept by the
-            caller between calls (the live processors keep one per job): an attempt
-            whose inputs did not change since is not computed again. Filled here;
-            the record is identical to the one computed without it.
 
     Returns:
         One AttemptAccounting per attempt that was scheduled or held compute, and the
@@ -393,12 +353,28 @@ def account(
         view = None
     elif view is None:
         view = project(events)
-    status = view.status if view else "submitted"
-    terminal = status in TERMINAL_STATUSES
+    terminal = view is not None and view.status in TERMINAL_STATUSES
     as_of = _as_of([*events, *all_ticks])
     attempts, held_us, billable_us, credited_us = _attempts(
-        events, all_ticks, terminal, as_of, policy, memo
+        events, all_ticks, terminal, as_of, policy
     )
+    return summarize(job_id, view, policy, attempts, held_us, billable_us, credited_us, as_of)
+
+
+def summarize(
+    job_id: str,
+    view: JobView | None,
+    policy: AccountingPolicy,
+    attempts: list[AttemptAccounting],
+    held_us: int,
+    billable_us: int,
+    credited_us: int,
+    as_of: datetime | None,
+) -> AccountingRecord:
+    """The job's record from its attempts' accounting and their microsecond totals (what
+    :func:`account` and the incremental ``projections.tally`` both end with)."""
+    status = view.status if view else "submitted"
+    terminal = status in TERMINAL_STATUSES
     gpu_us = billable_us + credited_us
     return AccountingRecord(
         job_id=job_id,

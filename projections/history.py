@@ -65,7 +65,7 @@ class History(Sequence[Event]):
     unchanged, so passing one down a call chain costs nothing.
     """
 
-    __slots__ = ("_events", "_positions", "_found")
+    __slots__ = ("_events", "_positions", "_found", "_types", "_triggers")
 
     def __init__(self, events: Iterable[Event] = (), *, deduplicated: bool = False) -> None:
         """``deduplicated``: the caller knows every id in ``events`` is unique (a slice
@@ -85,6 +85,9 @@ class History(Sequence[Event]):
         self._events = kept
         self._positions: dict[str, int] | None = None
         self._found: dict[tuple[type[Event], int | None], list[Event]] = {}
+        self._types: dict[type[Event], list[Event]] | None = None
+        """The events by their exact class, made on the first query (one pass)."""
+        self._triggers: dict[int, Event | None] = {}
 
     @classmethod
     def of(cls, events: Iterable[Event]) -> History:
@@ -149,7 +152,13 @@ class History(Sequence[Event]):
         key = (cls, attempt)
         found = self._found.get(key)
         if found is None:
-            if attempt is None:
+            if attempt is None and not cls.__subclasses__():  # a leaf: its exact class
+                if self._types is None:
+                    self._types = {}
+                    for e in self._events:
+                        self._types.setdefault(type(e), []).append(e)
+                found = self._types.get(cls, [])
+            elif attempt is None:
                 found = [e for e in self._events if isinstance(e, cls)]
             else:
                 found = [e for e in self.of_type(cls) if e.attempt == attempt]
@@ -264,7 +273,9 @@ class History(Sequence[Event]):
         The first of :meth:`endings` counts; later ones (a late ComputeReleased from a
         node already declared lost) change nothing.
         """
-        return next(self.endings(attempt), None)
+        if attempt not in self._triggers:
+            self._triggers[attempt] = next(self.endings(attempt), None)
+        return self._triggers[attempt]
 
     def late_verdict(self, attempt: int) -> Event | None:
         """The watchdog's verdict (AttemptLost or FinishingTimedOut) that ended ``attempt``

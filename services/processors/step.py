@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol, TypeVar
 
-from projections.accounting import AttemptMemo, account
 from projections.decisions import REACTS_TO, react
 from projections.fold import JobState, fold
+from projections.tally import Tally
 from schemas import codec
 from schemas.errors import EventDecodeError
 from schemas.events import (
@@ -99,9 +99,9 @@ class Step:
         self._states: dict[str, tuple[float, JobState]] = {}
         """Job -> (read offset, its state folded up to it, in place): each job-event is
         folded once, and frozen into a JobView only when one is asked for."""
-        self._accounts: dict[str, AttemptMemo] = {}
-        """Job -> its attempts' accounting as last computed: only a changed attempt is
-        accounted again (``account(memo=...)``)."""
+        self._tallies: dict[str, Tally] = {}
+        """Job -> its accounting, folded per event (synced with the job's log when its
+        record is published)."""
         store.on_dropped.append(self._forget)
         self._node_commands = settings.topic("node-commands")
         self.outage = ledger.outage
@@ -202,12 +202,12 @@ class Step:
             job = self.store.log(job_id)
             if job.events:  # ticks before the submission was read wait for the next job-event
                 view = self.latest_view(job_id)
-                record = account(
-                    job.events,
-                    job.ticks.values(),
-                    view=view,
-                    memo=self._accounts.setdefault(job_id, {}),
-                )
+                tally = self._tallies.get(job_id)
+                if tally is None:
+                    tally = self._tallies[job_id] = Tally(job_id)
+                tally.sync(job.events)
+                tally.add_new_ticks(job.ticks.values())
+                record = tally.record(view)
                 sends.append((accounting, job_id, record))
                 settled[job_id] = is_settled(view, record)
         if sends:
@@ -240,7 +240,7 @@ class Step:
     def _forget(self, job_id: str) -> None:
         """The store dropped the job's history: drop the view and accounting derived from it."""
         self._states.pop(job_id, None)
-        self._accounts.pop(job_id, None)
+        self._tallies.pop(job_id, None)
 
     # ----------------------------------------------------------------------- views
 
