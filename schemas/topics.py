@@ -22,7 +22,7 @@ Kind = Literal["history", "view", "command", "internal"]
 """``history``: facts and decisions, appended and never changed; ``view``: the latest
 derived record per job (compacted, rebuildable from the history); ``command``: orders
 to one node; ``internal``: the platform's own records (dead letters, seals, prices, the
-schedulers' lease)."""
+schedulers' lease and snapshot)."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +49,14 @@ class Topic:
     """The sink keeps its records in the Postgres read models."""
     folded: bool = False
     """A job's fold reads it: the job state and accounting, live and in replay."""
+    latest_only: bool = False
+    """An internal topic the broker compacts like a view: the scheduler's snapshot, whose
+    newest parts are all a start reads (:mod:`services.scheduler.snapshot`)."""
 
     @property
     def compacted(self) -> bool:
         """Whether the broker keeps only the latest record per key."""
-        return self.kind == "view"
+        return self.kind == "view" or self.latest_only
 
     @property
     def subscribable(self) -> bool:
@@ -74,6 +77,7 @@ TOPICS = (
     Topic("ledger-seals", "one", "internal", kept_forever=True),
     Topic("prices", "one", "internal", kept_forever=True, stored=True),
     Topic("scheduler-lease", "one", "internal", kept_forever=True),
+    Topic("scheduler-state", "one", "internal", latest_only=True),
 )
 
 BY_SUFFIX = {topic.suffix: topic for topic in TOPICS}

@@ -106,6 +106,13 @@ class Settings(BaseSettings):
         "falls back to the avoided provider, then the avoided node (never a silent or "
         "suspect one)",
     )
+    scheduler_snapshot_s: float = Field(
+        30.0,
+        ge=0,
+        description="how often the leading scheduler writes its state to scheduler-state, "
+        "which a start reads before the tail of the topics (0: never, and a start refolds "
+        "node-events and job-events from offset 0)",
+    )
     scheduler_lease_timeout_s: float = Field(
         6.0,
         ge=1.0,

@@ -33,6 +33,7 @@ PURE_SERVICE_MODULES = (
     "services/scheduler/fleet.py",
     "services/scheduler/placement.py",
     "services/scheduler/queue.py",
+    "services/scheduler/snapshot.py",
     "services/processors/watchdog.py",
     "services/processors/dispatch.py",
     "services/sink/rows.py",

@@ -53,6 +53,11 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             configs["min.insync.replicas"] = str(settings.min_insync_replicas)
         if topic.kept_forever:
             configs["retention.ms"] = "-1"
+        if topic.latest_only:
+            # Rolled and cleaned often: a start reads the whole topic for the newest
+            # snapshot, so superseded ones must not pile up in a week-long segment.
+            configs["segment.ms"] = "600000"
+            configs["min.cleanable.dirty.ratio"] = "0.1"
         if topic.broker_time:
             configs["message.timestamp.type"] = "LogAppendTime"
         specs.append(TopicSpec(settings.topic(topic.suffix), partitions[topic.key], configs))

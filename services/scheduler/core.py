@@ -77,6 +77,10 @@ class SchedulerConfig:
     """How long a retry waits for a node it was not told to avoid before falling back to
     an avoided provider, then an avoided node (see :mod:`.placement`)."""
     producer: str = "scheduler"
+    done_kept: int = 100_000
+    """Finished jobs remembered (the most recent): a record for one of them changes
+    nothing. Older ones are forgotten, so the state (and its snapshot) does not grow with
+    the history; a job that stored a checkpoint keeps its owner for ``resume_from``."""
 
 
 log = logging.getLogger(__name__)
@@ -121,7 +125,8 @@ class SchedulerState:
         self.fit_check = fit_check
         self.fleet = Fleet()
         self.jobs: dict[str, JobEntry] = {}
-        self.done: set[str] = set()
+        self.done: dict[str, None] = {}
+        """The latest ``config.done_kept`` finished jobs, oldest first."""
         self.queue = PlacementQueue()
         """Jobs waiting for placement."""
         self.pending: dict[str, None] = {}
@@ -129,7 +134,8 @@ class SchedulerState:
         self.checkpoints: dict[str, CheckpointRef] = {}
         """Latest stored checkpoint of every job (for ``spec.resume_from``)."""
         self.owners: dict[str, str] = {}
-        """The tenant of every job submitted: a job resumes only from its own tenant's."""
+        """The tenant of every open, recently finished (:attr:`done`) or checkpointed job: a
+        job resumes only from its own tenant's."""
         self.anomalies: list[str] = []
         """Records it ignored on purpose (a second JobSubmitted for a job), newest last."""
         self.epoch = 0
@@ -225,10 +231,11 @@ class SchedulerState:
         entry.avoid_nodes = frozenset(retry.avoid_nodes) if retry else frozenset()
         entry.avoid_providers = frozenset(retry.avoid_providers) if retry else frozenset()
         if not entry.cancelled:
-            request = self._request(entry) if entry.vram_gb is not None else None
+            request = self.request(entry) if entry.vram_gb is not None else None
             self.queue.add(entry.job_id, event.queue_deadline, entry.not_before, request)
 
-    def _request(self, entry: JobEntry) -> PlacementRequest:
+    def request(self, entry: JobEntry) -> PlacementRequest:
+        """The placement request of the job's attempt being queued (its fit known)."""
         assert entry.vram_gb is not None
         return PlacementRequest.for_spec(
             entry.job_id,
@@ -283,7 +290,12 @@ class SchedulerState:
         self.queue.remove(entry.job_id)
         self.pending.pop(entry.job_id, None)
         del self.jobs[entry.job_id]
-        self.done.add(entry.job_id)
+        self.done[entry.job_id] = None
+        if len(self.done) > self.config.done_kept:
+            oldest = next(iter(self.done))
+            del self.done[oldest]
+            if oldest not in self.checkpoints:
+                self.owners.pop(oldest, None)
 
     # ----------------------------------------------------------------------- decide
 
@@ -386,7 +398,7 @@ class SchedulerState:
                 self.observe(out[-1])
                 continue
             entry.vram_gb = report.required_vram_gb
-            self.queue.fitted(job_id, self._request(entry))
+            self.queue.fitted(job_id, self.request(entry))
         for job_id in self.queue.heads():
             entry = self.jobs[job_id]
             request = self.queue.request_of(job_id)

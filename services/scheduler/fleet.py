@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from schemas.events import NodeDrained, NodeEvent, NodeHeartbeat, NodeRegistered
 from schemas.types import GpuDevice
@@ -184,6 +185,59 @@ class Fleet:
         """Registered, not drained nodes: the inventory a job could ever run on."""
         return [n for n in self.nodes.values() if n.registered and not n.drained]
 
+    # ----------------------------------------------------------------------- snapshot
+
+    def rows(self) -> dict[str, Any]:
+        """The fleet as JSON-able rows (:mod:`.snapshot`): nodes, reservations and the index
+        in their order (placement breaks ties by the index's order)."""
+        return {
+            "nodes": [
+                [
+                    n.node_id,
+                    n.provider,
+                    n.region,
+                    [g.model_dump(mode="json") for g in n.gpus.values()],
+                    sorted(n.reported_free) if n.reported_free is not None else None,
+                    _iso(n.last_seen),
+                    _iso(n.lost_at),
+                    n.drained,
+                    n.registered,
+                ]
+                for n in self.nodes.values()
+            ],
+            "reservations": [[j, a, n, list(i)] for (j, a), (n, i) in self.reservations.items()],
+            "model_vram_gb": self.model_vram_gb,
+            "model_max_vram_gb": self.model_max_vram_gb,
+            "index": {m: [[c, list(ids)] for c, ids in b.items()] for m, b in self._index.items()},
+            "inventory_version": self.inventory_version,
+        }
+
+    @classmethod
+    def from_rows(cls, rows: dict[str, Any]) -> Fleet:
+        """The fleet :meth:`rows` wrote, exactly."""
+        fleet = cls()
+        for node_id, provider, region, gpus, free, seen, lost, drained, registered in rows["nodes"]:
+            node = fleet.nodes[node_id] = NodeState(node_id, provider, region)
+            node.set_inventory([GpuDevice.model_validate(g) for g in gpus])
+            node.reported_free = frozenset(free) if free is not None else None
+            node.last_seen, node.lost_at = _parsed(seen), _parsed(lost)
+            node.drained, node.registered = drained, registered
+        for job_id, attempt, node_id, indices in rows["reservations"]:
+            key = (job_id, attempt)
+            fleet.reservations[key] = (node_id, tuple(indices))
+            fleet._reserved_on.setdefault(node_id, {})[key] = tuple(indices)
+        for node in fleet.nodes.values():
+            fleet._recompute_free(node)
+        fleet.model_vram_gb = dict(rows["model_vram_gb"])
+        fleet.model_max_vram_gb = dict(rows["model_max_vram_gb"])
+        for model, buckets in rows["index"].items():
+            fleet._index[model] = {count: dict.fromkeys(ids) for count, ids in buckets}
+            for count, ids in buckets:
+                for node_id in ids:
+                    fleet._indexed.setdefault(node_id, {})[model] = count
+        fleet.inventory_version = rows["inventory_version"]
+        return fleet
+
     # ----------------------------------------------------------------------- index
 
     def _recompute_free(self, node: NodeState) -> None:
@@ -213,3 +267,11 @@ class Fleet:
             new[model] = count
             self._index.setdefault(model, {}).setdefault(count, {})[node_id] = None
         self._indexed[node_id] = new
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def _parsed(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value is not None else None

@@ -15,9 +15,10 @@ is valid while the job is still queued under the same sequence number.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from services.scheduler.placement import PlacementRequest
 
@@ -165,3 +166,48 @@ class PlacementQueue:
         member = self._members.get(job_id)
         if member is not None and member.group is not None:
             self._skipped.add(member.group)
+
+    # ----------------------------------------------------------------------- snapshot
+
+    def rows(self) -> dict[str, Any]:
+        """The queue as JSON-able rows (:mod:`.snapshot`): members, groups and unfitted jobs
+        in their order; a member's request is rebuilt from its job on restore."""
+        return {
+            "members": [
+                [
+                    j,
+                    m.seq,
+                    m.deadline.isoformat(),
+                    m.not_before.isoformat() if m.not_before is not None else None,
+                    m.request is not None,
+                ]
+                for j, m in self._members.items()
+            ],
+            "groups": [list(g) for g in self._groups.values()],
+            "unfitted": list(self._unfitted),
+            "counter": self._counter,
+        }
+
+    @classmethod
+    def from_rows(
+        cls, rows: dict[str, Any], request_of: Callable[[str], PlacementRequest]
+    ) -> PlacementQueue:
+        """The queue :meth:`rows` wrote. Its heaps hold the valid entries only (a live
+        queue's also hold stale ones, which every pop skips): it pops the same jobs."""
+        queue = cls()
+        for job_id, seq, deadline, not_before, has_request in rows["members"]:
+            due = datetime.fromisoformat(deadline)
+            delay = datetime.fromisoformat(not_before) if not_before is not None else None
+            request = request_of(job_id) if has_request else None
+            queue._members[job_id] = _Member(seq, due, delay, request)
+            queue._deadlines.append((due, seq, job_id))
+            if delay is not None:
+                queue._delayed.append((delay, seq, job_id))
+        for group in rows["groups"]:
+            for job_id in group:
+                queue._group(job_id, queue._members[job_id])
+        queue._unfitted = dict.fromkeys(rows["unfitted"])
+        queue._counter = rows["counter"]
+        heapq.heapify(queue._deadlines)
+        heapq.heapify(queue._delayed)
+        return queue

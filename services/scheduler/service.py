@@ -1,10 +1,14 @@
-"""The scheduler service: rebuild from the topics, then follow them live and decide.
+"""The scheduler service: rebuild from a snapshot and the topics, then follow them live.
 
 One subscription reads every partition of ``node-events`` and ``job-events`` (no
-consumer group: the scheduler owns placement for the whole fleet and keeps no
-offsets). On start it catches up with both topics from the beginning, folding
-without deciding, so it never re-decides what the log already holds; then it
-decides on every live batch and every ``scheduler_tick_s``.
+consumer group: the scheduler owns placement for the whole fleet). On start it
+reads the newest snapshot of its state on ``scheduler-state`` (:mod:`.snapshot`),
+then catches up with both topics from the offsets the snapshot covers (from the
+beginning without one), folding without deciding, so it never re-decides what the
+log already holds; then it decides on every live batch and every
+``scheduler_tick_s``. The leader writes a snapshot every ``scheduler_snapshot_s``,
+at a moment when every decision it made is on the log and read back, so the state
+is exactly the fold of the topics up to the offsets it names.
 
 Live, deciding and appending overlap: decisions are already folded into the
 state when they are decided, so the loop goes on reading and deciding while an
@@ -33,12 +37,15 @@ from functools import partial
 from typing import Any
 
 from schemas import codec
+from schemas.errors import LedgerError
 from schemas.events import Event, JobRejected, JobSubmitted, NoCapacity, Role, with_role
 from services.clock import utcnow
 from services.ledger import Ledger, LedgerPort, compose
+from services.ledger.port import Encoded
 from services.ledger.subscription import Batch, Subscription
 from services.ops import metrics
 from services.ops.logs import event_context
+from services.scheduler import snapshot
 from services.scheduler.core import FOLDED_TYPE_NAMES, SchedulerConfig, SchedulerState
 from services.scheduler.inventory import FitChecker
 from services.scheduler.leader import DeposedError, Leadership
@@ -91,6 +98,10 @@ class Scheduler:
         self._job_events = settings.topic("job-events")
         self._unapplied: list[JobSubmitted] = []
         """Submissions the state could not take, to reject once this scheduler leads."""
+        self._appending = False
+        """An appended batch of decisions waits for the broker's acknowledgement."""
+        self._snapshots = Snapshots(self)
+        """Reads the newest snapshot at a start, writes one now and then (:mod:`.snapshot`)."""
 
     async def start(self) -> Scheduler:
         """Start the ledger and the decision loop (which first rebuilds the state from the
@@ -177,9 +188,11 @@ class Scheduler:
         self._own.clear()  # the catch-up reads every decision, own ones included
         self._unapplied.clear()
         self.leadership.reset()  # and every fence marker
+        positions = await self._snapshots.restore()
         subscription = self.ledger.subscribe(
             [self.settings.topic("node-events"), self.settings.topic("job-events")],
             name="scheduler",
+            positions=positions,
             wanted=self._wanted,
             max_records=5000,
             options={"fetch_max_wait_ms": FETCH_MAX_WAIT_MS},
@@ -192,6 +205,7 @@ class Scheduler:
                 async for batch in subscription:
                     self._check_appender()
                     changed = await self._observe(batch)
+                    self._snapshots.covered(batch)
                     if not batch.live:
                         continue
                     await self._lead()
@@ -208,6 +222,8 @@ class Scheduler:
                     elif changed or time.monotonic() >= next_tick:
                         await self._decide(batch.newest_s if changed else None)
                         next_tick = time.monotonic() + tick
+                    if self.settled:
+                        await self._snapshots.maybe_write()
                     subscription.wait_ms = max(0, int((next_tick - time.monotonic()) * 1000))
             finally:
                 self.consumer = None
@@ -261,6 +277,18 @@ class Scheduler:
         leadership.check()
         if leadership.lease.held and not leadership.epoch:
             await leadership.claim()
+
+    @property
+    def settled(self) -> bool:
+        """Leading, and every decision made is on the log and read back: the state is the
+        fold of the topics up to the positions read (what a snapshot may hold)."""
+        return (
+            self.leadership.leading
+            and not self._outbox
+            and not self._appending
+            and not self._own
+            and not self._unapplied
+        )
 
     @property
     def leading(self) -> bool:
@@ -332,7 +360,11 @@ class Scheduler:
             if not rounds:
                 continue
             events = [e for round_events, _ in rounds for e in round_events]
-            await self._append(events)
+            self._appending = True
+            try:
+                await self._append(events)
+            finally:
+                self._appending = False
             _log_decisions(events)  # once they are on the ledger
             self.placements += sum(1 for e in events if e.type == "AttemptScheduled")
             acked_s = time.time()
@@ -350,6 +382,144 @@ class Scheduler:
         if appender.done():
             appender.result()
             raise RuntimeError("the scheduler's appender stopped")
+
+
+class Snapshots:
+    """One scheduler's snapshots on ``scheduler-state`` (:mod:`.snapshot`): the newest read
+    at a start, a new one written every ``scheduler_snapshot_s`` while it leads."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        settings = scheduler.settings
+        self.every_s = settings.scheduler_snapshot_s
+        self.topic = settings.topic("scheduler-state")
+        self.inputs = ("node-events", "job-events")
+        self.prefix = settings.topic_prefix
+        self.part_bytes = max(1024, settings.kafka_max_message_bytes - 16 * 1024)
+        self.positions: dict[tuple[str, int], int] = {}
+        """(full topic, partition) -> the next offset after what the state folded."""
+        self.written: dict[tuple[str, int], int] | None = None
+        """The positions the last snapshot written or read covers."""
+        self.seq = 0
+        """The newest snapshot's sequence number."""
+        self.keys: set[bytes] = set()
+        """The parts on the topic not deleted yet (every one but the newest is, next time)."""
+        self.encoded: dict[str, str] = {}
+        """Event id -> its encoding, kept between snapshots (:func:`snapshot.encode`)."""
+        self.due = 0.0
+        self.count = 0
+        """Snapshots written by this scheduler."""
+        self.restored: int | None = None
+        """The sequence of the snapshot the last start read (None: it refolded from 0)."""
+
+    async def restore(self) -> dict[tuple[str, int], int] | None:
+        """Put the newest usable snapshot into the scheduler (state, fence); the positions
+        to read the tail from, or None to refold from offset 0 (logged once, with why)."""
+        self.positions, self.written, self.restored = {}, None, None
+        self.due = time.monotonic() + self.every_s
+        if self.every_s <= 0:
+            return None
+        scheduler = self.scheduler
+        try:
+            latest: dict[bytes, bytes] = {}
+            async for raw in scheduler.ledger.read_raw(self.topic):
+                if raw.value is None:
+                    latest.pop(raw.key or b"", None)
+                else:
+                    latest[raw.key or b""] = raw.value
+            self.keys = set(latest) - {snapshot.HEAD}
+            found = snapshot.assemble(latest)
+            if found is None:
+                log.info(
+                    "no scheduler snapshot on %s: refolding the topics from offset 0", self.topic
+                )
+                return None
+            self.seq, blob = found
+            state = scheduler.state
+            restored = snapshot.decode(blob, self.seq, state.config, state.fit_check)
+            await self._within_topics(restored.positions)
+        except (snapshot.SnapshotError, LedgerError) as exc:
+            log.warning(
+                "scheduler snapshot on %s ignored (%s): refolding the topics from offset 0",
+                self.topic,
+                exc,
+            )
+            return None
+        scheduler.state = restored.state
+        scheduler.leadership.fence = restored.fence
+        self.positions = {(self.prefix + t, p): o for (t, p), o in restored.positions.items()}
+        self.written, self.restored = dict(self.positions), restored.seq
+        log.info(
+            "scheduler snapshot %d restored: %d nodes, %d open jobs; reading the tail",
+            restored.seq,
+            len(restored.state.fleet.nodes),
+            len(restored.state.jobs),
+        )
+        return dict(self.positions)
+
+    async def _within_topics(self, positions: snapshot.Positions) -> None:
+        """Raise :class:`snapshot.SnapshotError` when the snapshot covers more than the
+        topics hold (they were recreated, or it is another deployment's)."""
+        by_topic: dict[str, dict[int, int]] = {}
+        for (suffix, partition), offset in positions.items():
+            if suffix not in self.inputs:
+                raise snapshot.SnapshotError(f"it names the topic {suffix!r}")
+            by_topic.setdefault(suffix, {})[partition] = offset
+        for suffix, wanted in by_topic.items():
+            topic = self.prefix + suffix
+            count = await self.scheduler.ledger.partitions(topic)
+            ends = await self.scheduler.ledger.end_offsets(topic, [p for p in wanted if p < count])
+            for partition, offset in sorted(wanted.items()):
+                end = ends.get(partition)
+                if end is None or offset > end:
+                    raise snapshot.SnapshotError(
+                        f"it is ahead of the topics: it covers {topic} partition {partition} "
+                        f"up to offset {offset}, which "
+                        + ("does not exist" if end is None else f"ends at {end}")
+                    )
+
+    def covered(self, batch: Batch) -> None:
+        """Note how far the state has folded, after a batch."""
+        for tp, offset in batch.offsets.items():
+            self.positions[(tp.topic, tp.partition)] = offset
+
+    async def maybe_write(self) -> None:
+        """Write a snapshot when one is due and the state moved since the last (call it only
+        while the scheduler is :attr:`Scheduler.settled`)."""
+        if self.every_s <= 0 or time.monotonic() < self.due:
+            return
+        self.due = time.monotonic() + self.every_s
+        if self.positions == self.written:
+            return
+        try:
+            await self.write()
+        except LedgerError as exc:
+            log.warning("scheduler snapshot not written (%s); trying again later", exc)
+
+    async def write(self) -> None:
+        """Write the state as snapshot ``seq + 1``: its parts, its head, then the deletion
+        of every older part."""
+        scheduler = self.scheduler
+        began = time.monotonic()
+        positions = {(t.removeprefix(self.prefix), p): o for (t, p), o in self.positions.items()}
+        blob = snapshot.encode(scheduler.state, scheduler.leadership.fence, positions, self.encoded)
+        seq = self.seq + 1
+        records = snapshot.records(blob, seq, self.part_bytes)
+        parts = {key for key, _ in records} - {snapshot.HEAD}
+        items: list[Encoded] = [(self.topic, key, value, []) for key, value in records]
+        items += [(self.topic, key, None, []) for key in sorted(self.keys - parts)]
+        await scheduler.ledger.append_encoded(items)
+        self.seq, self.keys, self.written = seq, parts, dict(self.positions)
+        self.count += 1
+        log.info(
+            "scheduler snapshot %d written: %d open jobs, %d nodes, %d bytes in %d part(s), %.3f s",
+            seq,
+            len(scheduler.state.jobs),
+            len(scheduler.state.fleet.nodes),
+            len(blob),
+            len(parts),
+            time.monotonic() - began,
+        )
 
 
 def _log_decisions(events: list[Event]) -> None:

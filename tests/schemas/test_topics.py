@@ -27,15 +27,22 @@ def test_the_subscriber_distribution_lists_exactly_the_subscribable_topics() -> 
 
 def test_suffixes_are_unique_and_the_derived_lists_follow_the_rows() -> None:
     assert len(topics.TOPIC_NAMES) == len(topics.TOPICS)
-    assert {"job-state", "accounting"} == topics.COMPACTED_TOPICS
+    assert {"job-state", "accounting", "scheduler-state"} == topics.COMPACTED_TOPICS
     assert topics.SEALED_TOPICS == ("job-events", "log-chunks", "meter-ticks")
     assert topics.FOLDED_TOPICS == ("job-events", "meter-ticks")
     # A compacted view keeps only the latest record: nothing that must be kept whole is one.
     whole = set(topics.SEALED_TOPICS) | topics.KEPT_FOREVER | set(topics.FOLDED_TOPICS)
     assert not whole & topics.COMPACTED_TOPICS
     # The dead letters, seals and prices are read whole in arrival order, and the
-    # schedulers' lease is a group's one partition: one partition each.
-    assert {"dead-letter", "ledger-seals", "prices", "scheduler-lease"} == topics.SINGLE_PARTITION
+    # schedulers' lease is a group's one partition, their snapshot is read whole: one
+    # partition each.
+    assert {
+        "dead-letter",
+        "ledger-seals",
+        "prices",
+        "scheduler-lease",
+        "scheduler-state",
+    } == topics.SINGLE_PARTITION
 
 
 def test_the_readme_lists_the_topics_of_the_table_with_their_keys() -> None:
