@@ -26,6 +26,7 @@ from schemas.events import (
     SchedulerDecision,
 )
 from services.clock import utcnow
+from services.ledger.compose import history
 from services.scheduler import Scheduler, build_scheduler, snapshot
 from services.settings import Settings
 from tests.fakes.ledger import FakeLedger, FakeRecord
@@ -118,7 +119,7 @@ async def written(settings: Settings) -> tuple[FakeLedger, list[str]]:
         await first.stop()  # and its ledger
     await ledger.start()
     placed = [
-        e for j in jobs for e in await ledger.history(j.job_id) if isinstance(e, AttemptScheduled)
+        e for j in jobs for e in await history(ledger, j.job_id) if isinstance(e, AttemptScheduled)
     ]
     assert len(placed) == 2
     released = placed[0]
