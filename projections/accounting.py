@@ -379,7 +379,7 @@ def summarize(
     return AccountingRecord(
         job_id=job_id,
         tenant=view.tenant if view else "",
-        labels=dict(view.spec.labels) if view and view.spec else {},
+        labels=dict(view.labels) if view else {},
         status=status,
         final=terminal and all(a.release_source != "open" for a in attempts),
         policy_version=policy.version,

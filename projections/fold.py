@@ -6,8 +6,8 @@ models that copies the view (pydantic ``model_copy``) on every change, which was
 of the cost of folding a job (bench/README.md). :class:`JobState` applies the same rules
 to a slotted object in place; :meth:`JobState.freeze` gives the JobView that ``evolve``
 would have given for the same events, once per job per batch, and :meth:`JobState.datum`
-the view's Avro datum straight from the state (no ``model_dump``; the spec's datum is
-made once per job). ``tests/projections/test_fast_fold.py`` shows, on generated
+the view's Avro datum straight from the state (no ``model_dump``; the spec is not in
+the view, only what its readers need of it). ``tests/projections/test_fast_fold.py`` shows, on generated
 histories with late facts, duplicates and reordering, that both equal the fold of
 ``evolve``. A rule changes in ``job_state`` first, then here.
 
@@ -29,9 +29,11 @@ from projections.job_state import (
     VIEW_BUDGET,
     _cut,
     _failure,
+    current,
     last_lines,
     latest_checkpoints,
     output_info,
+    submitted_fields,
 )
 from schemas.avro import NAMESPACE
 from schemas.events import (
@@ -69,7 +71,7 @@ from schemas.events import (
     RetryScheduled,
     RetryWithdrawn,
 )
-from schemas.spec import JobSpec
+from schemas.spec import JobSpec, Limits, Resources, RetrySpec
 from schemas.trusted import construct
 from schemas.types import CheckpointRef, Evidence, FitReport
 from schemas.views import (
@@ -91,7 +93,10 @@ _ATTEMPT_DEFAULTS = tuple(
 _ATTEMPT_LISTS = tuple(n for n, i in AttemptView.model_fields.items() if i.default_factory is list)
 _VIEW_FIELDS = tuple(JobView.model_fields)
 _VIEW_LISTS = tuple(n for n, i in JobView.model_fields.items() if i.default_factory is list)
-_VIEW_SCALARS = tuple(n for n, i in JobView.model_fields.items() if i.default_factory is None)
+_VIEW_SCALARS = tuple(n for n, i in JobView.model_fields.items() if i.default_factory is not list)
+"""Every other field; ``labels`` (a map) too: the fold replaces it whole, never changes it."""
+_VIEW_RECORDS = ("failure", "fit", "resume_from", "resources", "limits", "retry")
+"""The view's fields that are a nested record or null (an Avro union)."""
 
 
 class AttemptState:
@@ -155,13 +160,19 @@ class JobState:
     """One job's state, mutable: the fields of :class:`JobView`, folded in place by
     :meth:`apply`. ``attempts`` holds :class:`AttemptState` objects in attempt order."""
 
-    __slots__ = (*_VIEW_FIELDS, "applied_ids", "spec_datum", "frozen_view")
+    __slots__ = (*_VIEW_FIELDS, "applied_ids", "frozen_view")
 
     job_id: str
     tenant: str
     name: str
     status: str
     spec: JobSpec | None
+    spec_digest: str
+    image: str
+    resources: Resources | None
+    limits: Limits | None
+    retry: RetrySpec | None
+    labels: dict[str, str]
     submitted_at: datetime | None
     updated_at: datetime | None
     terminal_at: datetime | None
@@ -187,11 +198,10 @@ class JobState:
 
     def __init__(self, job_id: str) -> None:
         for name, info in JobView.model_fields.items():
-            default = [] if name in _VIEW_LISTS else info.get_default(call_default_factory=False)
+            default = [] if name in _VIEW_LISTS else info.get_default(call_default_factory=True)
             setattr(self, name, default)
         self.job_id = job_id
         self.applied_ids: set[str] = set()
-        self.spec_datum: dict[str, Any] | None = None
         self.frozen_view: JobView | None = None
         """What :meth:`freeze` gave, until the next event changes the state."""
 
@@ -199,7 +209,9 @@ class JobState:
 
     @classmethod
     def of(cls, view: JobView) -> JobState:
-        """The state of a view folded elsewhere (a view read back from a table or a topic)."""
+        """The state of a view folded elsewhere (a view read back from a table or a topic;
+        one stored with its spec is read as ``job_state.current`` has it)."""
+        view = current(view)
         state = cls(view.job_id)
         for name in _VIEW_SCALARS:
             setattr(state, name, getattr(view, name))
@@ -231,7 +243,6 @@ class JobState:
             attempts.append(attempt)
         other.attempts = attempts
         other.applied_ids = set(self.applied_ids)
-        other.spec_datum = self.spec_datum
         other.frozen_view = self.frozen_view
         return other
 
@@ -248,19 +259,12 @@ class JobState:
 
     def datum(self) -> dict[str, Any]:
         """The frozen view's Avro datum: ``codec.encode`` writes the same bytes for it as
-        for ``freeze()``. A nested record in a union (the spec, the failure ...) names its
-        branch (``_branch``), so the Avro writer does not try each branch on it."""
+        for ``freeze()``. A nested record in a union (the failure, the limits ...) names
+        its branch (``_branch``), so the Avro writer does not try each branch on it."""
         out = {name: getattr(self, name) for name in _VIEW_SCALARS}
         for name in _VIEW_LISTS:
             out[name] = list(getattr(self, name))
-        spec = self.spec
-        if spec is not None:
-            if self.spec_datum is None:
-                self.spec_datum = spec.model_dump()
-                if spec.model is not None:
-                    self.spec_datum["model"] = _branch(spec.model)
-            out["spec"] = (_record(spec), self.spec_datum)
-        for name in ("failure", "fit", "resume_from"):
+        for name in _VIEW_RECORDS:
             out[name] = _branch(out[name])
         out["checkpoints"] = [c.model_dump() for c in self.checkpoints]
         out["outputs"] = [o.model_dump() for o in self.outputs]
@@ -298,7 +302,7 @@ class JobState:
         """``job_state.resubmission`` of this state's view."""
         return (
             isinstance(event, JobSubmitted)
-            and self.spec is not None
+            and self.submitted_at is not None
             and event.event_id not in self.applied_ids
         )
 
@@ -451,15 +455,12 @@ def _fact(event: Event, s: JobState) -> None:
 
 @_on(JobSubmitted)
 def _submitted(event: JobSubmitted, s: JobState) -> None:
-    if s.spec is not None:
+    if s.submitted_at is not None:
         s.note(event, "the job was already submitted; ignored")
         return
-    s.tenant, s.name, s.spec, s.submitted_at = (
-        event.tenant,
-        event.spec.name,
-        event.spec,
-        event.occurred_at,
-    )
+    s.tenant, s.submitted_at = event.tenant, event.occurred_at
+    for name, value in submitted_fields(event.spec).items():
+        setattr(s, name, value)
 
 
 @_on(JobRejected)

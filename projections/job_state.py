@@ -53,6 +53,7 @@ from schemas.events import (
     RetryScheduled,
     RetryWithdrawn,
 )
+from schemas.spec import JobSpec, carried
 from schemas.types import CheckpointRef, Evidence
 from schemas.views import (
     IN_FLIGHT_STATUSES,
@@ -151,9 +152,25 @@ def resubmission(view: JobView | None, event: Event) -> bool:
     return (
         isinstance(event, JobSubmitted)
         and view is not None
-        and view.spec is not None
+        and view.submitted_at is not None
         and event.event_id not in view.applied_event_ids
     )
+
+
+def submitted_fields(spec: JobSpec) -> dict[str, Any]:
+    """What a view keeps of the spec its JobSubmitted carries: the fields its readers need
+    (``schemas.spec.carried``, the name, the retry budget, the labels). The spec itself is
+    stored once, with JobSubmitted (docs/architecture.md, "The spec, stored once")."""
+    return {**carried(spec), "name": spec.name, "retry": spec.retry, "labels": spec.labels}
+
+
+def current(view: JobView) -> JobView:
+    """A view as this fold makes it: one stored before views left the spec out (a v3
+    record of ``job-state`` or the sink's ``jobs.view``) gets the fields of
+    :func:`submitted_fields` instead of its spec, so it folds on like any other."""
+    if view.spec is None:
+        return view
+    return view.model_copy(update={**submitted_fields(view.spec), "spec": None})
 
 
 def project(events: Iterable[Event]) -> JobView:
@@ -297,13 +314,12 @@ def _apply(event: Event, view: JobView) -> JobView:
 
 @_apply.register
 def _(event: JobSubmitted, view: JobView) -> JobView:
-    if view.spec is not None:
+    if view.submitted_at is not None:
         return _anomaly(view, event, "the job was already submitted; ignored")
     return view.model_copy(
         update={
             "tenant": event.tenant,
-            "name": event.spec.name,
-            "spec": event.spec,
+            **submitted_fields(event.spec),
             "submitted_at": event.occurred_at,
         }
     )

@@ -112,7 +112,7 @@ def decide(
         providers to avoid; or ``final`` with the terminal event and its reason.
     """
     c = classification
-    retry = view.spec.retry if view.spec else policy.default_retry
+    retry = view.retry or policy.default_retry
     cls = c.failure_class
     row = policy.row(cls)
     if row.terminal == "JobCancelled":

@@ -184,7 +184,30 @@ def stored_schemas() -> dict[str, dict[int, AvroSchema]]:
     return wire.load_schemas(AVRO_DIR)
 
 
-def compatibility_problems(old: AvroSchema, new: AvroSchema) -> list[str]:
+READERS_FIRST: dict[tuple[str, int], tuple[str, ...]] = {
+    ("AttemptScheduled", 6): ("spec",),
+}
+"""The one exception to "both directions", record version by record version and field by
+field: a version that made a required field nullable, which a reader still on an older
+schema of the record cannot read when it is null. New readers read every old record as
+always; for these fields alone, readers update before the writer does
+(docs/wire-format.md, "How schemas change"). AttemptScheduled v6: the spec stored once,
+null on job-events (docs/architecture.md, "The spec, stored once")."""
+
+
+def readers_first(name: str, old_version: int, new_version: int) -> tuple[str, ...]:
+    """The fields :data:`READERS_FIRST` waives between two versions of record ``name``."""
+    return tuple(
+        field
+        for (record, version), fields in READERS_FIRST.items()
+        if record == name and old_version < version <= new_version
+        for field in fields
+    )
+
+
+def compatibility_problems(
+    old: AvroSchema, new: AvroSchema, waived: tuple[str, ...] = ()
+) -> list[str]:
     """Why ``new`` and ``old`` cannot read each other's data (empty when both directions work).
 
     Both directions, because both happen: a new consumer reads payloads an old
@@ -193,12 +216,14 @@ def compatibility_problems(old: AvroSchema, new: AvroSchema) -> list[str]:
     check is Avro's own schema-resolution rules (``avro.compatibility``), so a type
     change (``long`` to ``string``), a field renamed inside an array or map of
     records, or a union that lost a branch are caught wherever they are nested.
+    ``waived``: top-level fields (:func:`readers_first`) whose change old readers are not
+    asked to read; every other field still is, and new readers read all of the old.
     """
     problems = []
     old_parsed, new_parsed = _parse_avro(old), _parse_avro(new)
     for direction, reader, writer in (
         ("new readers cannot read old data", new_parsed, old_parsed),
-        ("old readers cannot read new data", old_parsed, new_parsed),
+        ("old readers cannot read new data", old_parsed, _parse_avro(_as_in(new, old, waived))),
     ):
         result = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
         if result.compatibility is SchemaCompatibilityType.incompatible:
@@ -207,6 +232,20 @@ def compatibility_problems(old: AvroSchema, new: AvroSchema) -> list[str]:
             what = "; ".join(sorted(result.messages))
             problems.append(f"{direction}: {kinds} at {where} ({what})")
     return problems
+
+
+def _as_in(new: AvroSchema, old: AvroSchema, fields: tuple[str, ...]) -> AvroSchema:
+    """``new`` with its top-level ``fields`` as ``old`` has them."""
+    if not fields:
+        return new
+    before = {f["name"]: f for f in old.get("fields", [])}
+    return {
+        **new,
+        "fields": [
+            before[f["name"]] if f["name"] in fields and f["name"] in before else f
+            for f in new["fields"]
+        ],
+    }
 
 
 def _parse_avro(schema: AvroSchema) -> avro.schema.Schema:
@@ -229,7 +268,9 @@ def write_new_versions() -> list[str]:
             continue
         # Every stored version, not just the latest: replay reads the topics from offset 0.
         for old_version, old in sorted(versions.items()):
-            problems = compatibility_problems(old, schema)
+            problems = compatibility_problems(
+                old, schema, readers_first(name, old_version, version)
+            )
             if problems:
                 raise SchemaRegistryError(
                     f"{name} v{version} is incompatible with stored v{old_version}: "

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.spec import JobSpec
+from schemas.spec import JobSpec, Limits, Resources
 from schemas.types import Avoidance, CheckpointRef, Evidence, FitReport, GpuDevice, GpuUsage
 
 ENVELOPE_VERSION = 1
@@ -259,9 +259,11 @@ class AttemptScheduled(SchedulerDecision):
 
     ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT, Role.TO_NODE})
 
-    SCHEMA_VERSION: ClassVar[int] = 5
+    SCHEMA_VERSION: ClassVar[int] = 6
     """v2 added ``avoidance`` and ``reason`` (v1 payloads decode with none and ""); v3 the
-    spec's ``labels``; v4 its ``secrets`` (names only); v5 ``leader_epoch``."""
+    spec's ``labels``; v4 its ``secrets`` (names only); v5 ``leader_epoch``; v6 the spec
+    stored once: ``spec`` optional (null on job-events), ``spec_digest``, ``image``,
+    ``resources`` and ``limits``."""
 
     node_id: str
     provider: str = ""
@@ -270,7 +272,16 @@ class AttemptScheduled(SchedulerDecision):
     gpu_model: str = ""
     gpu_indices: list[int] = Field(default_factory=list)
     dispatch_deadline: datetime
-    spec: JobSpec
+    spec: JobSpec | None = None
+    """The whole spec only where a node runs it: on ``node-commands`` the dispatch
+    processor fills it from the job's JobSubmitted (:meth:`for_node`); null on
+    ``job-events`` (records written before v6 carry it there too)."""
+    spec_digest: str = ""
+    """``schemas.spec.spec_digest`` of the job's spec ("" in records before v6)."""
+    image: str = ""
+    resources: Resources | None = None
+    limits: Limits | None = None
+    """The spec's image, resources and limits: what a reader of job-events needs of it."""
     tenant: str = ""
     resume_from: CheckpointRef | None = None
     avoidance: Avoidance | None = None
@@ -278,6 +289,18 @@ class AttemptScheduled(SchedulerDecision):
     back to when nothing else could hold it."""
     reason: str = ""
     """The placement in a sentence (what was avoided, what it fell back to), for people."""
+
+    def for_node(self, spec: JobSpec) -> AttemptScheduled:
+        """The command a node runs: this decision with the job's whole spec (the one of its
+        JobSubmitted) filled in, the same event id."""
+        return self.model_copy(update={"spec": spec})
+
+    @property
+    def runnable(self) -> JobSpec:
+        """The spec the node runs; only a command from :meth:`for_node` has it."""
+        if self.spec is None:
+            raise ValueError(f"AttemptScheduled {self.event_id} carries no spec to run")
+        return self.spec
 
 
 class NoCapacity(SchedulerDecision):

@@ -19,6 +19,7 @@ every string a character rule (the README's "Job spec limits" lists them):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Annotated, Any, Literal
@@ -428,3 +429,30 @@ def encoded_size(spec: JobSpec) -> int:
     """The spec's size as the ledger and the views carry it (compact JSON, UTF-8 bytes)."""
     data = spec.model_dump(mode="json")
     return len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def canonical(spec: JobSpec) -> bytes:
+    """The spec's canonical encoding: compact JSON with sorted keys, UTF-8, of the fields
+    that differ from their defaults, so a field added later with a default (the compatible
+    change, docs/wire-format.md) leaves an older spec's encoding as it was."""
+    data = spec.model_dump(mode="json", exclude_defaults=True)
+    return json.dumps(data, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+
+
+def spec_digest(spec: JobSpec) -> str:
+    """``sha256:`` and the hex SHA-256 of :func:`canonical`: the one fingerprint of a spec,
+    equal for equal specs. AttemptScheduled and the views carry it instead of the spec
+    (only JobSubmitted carries the whole spec); the API's ``Idempotency-Key`` compares it."""
+    return "sha256:" + hashlib.sha256(canonical(spec)).hexdigest()
+
+
+def carried(spec: JobSpec) -> dict[str, Any]:
+    """What an AttemptScheduled and a JobView carry of a job's spec instead of the whole of
+    it (which only JobSubmitted carries): its digest, image, resources and limits, the
+    fields of the same names."""
+    return {
+        "spec_digest": spec_digest(spec),
+        "image": spec.image,
+        "resources": spec.resources,
+        "limits": spec.limits,
+    }

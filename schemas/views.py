@@ -13,7 +13,7 @@ from typing import ClassVar, Literal, get_args
 from pydantic import Field
 
 from schemas.events import ReleaseReason
-from schemas.spec import JobSpec
+from schemas.spec import JobSpec, Limits, Resources, RetrySpec
 from schemas.types import CheckpointRef, Evidence, FitReport, FrozenModel
 
 JobStatus = Literal[
@@ -130,14 +130,27 @@ class AttemptView(FrozenModel):
 class JobView(FrozenModel):
     """The current state of one job, folded from its job-events."""
 
-    SCHEMA_VERSION: ClassVar[int] = 3
-    """2: the spec's ``labels``; 3: its ``secrets`` (names only)."""
+    SCHEMA_VERSION: ClassVar[int] = 4
+    """2: the spec's ``labels``; 3: its ``secrets`` (names only); 4: the spec stored once:
+    ``spec`` stays null, the view carries ``spec_digest``, ``image``, ``resources``,
+    ``limits``, ``retry`` and ``labels`` of it."""
 
     job_id: str
     tenant: str = ""
     name: str = ""
     status: JobStatus = "submitted"
     spec: JobSpec | None = None
+    """Null since v4 (views before carried the whole spec): the spec is the job's
+    JobSubmitted's, stored once in the sink's ``jobs.spec``."""
+    spec_digest: str = ""
+    """``schemas.spec.spec_digest`` of the job's spec, once submitted."""
+    image: str = ""
+    resources: Resources | None = None
+    limits: Limits | None = None
+    retry: RetrySpec | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    """What the view's readers need of the spec: the retry decider its ``retry``,
+    accounting its ``labels``, the job lists its image and resources."""
     submitted_at: datetime | None = None
     updated_at: datetime | None = None
     terminal_at: datetime | None = None

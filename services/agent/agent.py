@@ -22,6 +22,7 @@ import logging
 from functools import partial
 from typing import Any
 
+from schemas.spec import spec_digest
 from schemas.events import (
     AttemptScheduled,
     CancelRequested,
@@ -192,6 +193,10 @@ class Agent:
                 scheduled.dispatch_deadline.isoformat(),
             )
             return False
+        unrunnable = unrunnable_problem(scheduled)
+        if unrunnable:
+            log.warning("attempt %s %s; not taken (its dispatch will time out)", key, unrunnable)
+            return False
         indices = self.gpus.reserve(key, scheduled.gpu_count, list(scheduled.gpu_indices))
         if indices is None:
             log.warning(
@@ -204,7 +209,7 @@ class Agent:
             return False
         record = JournalEntry(scheduled=scheduled, gpu_indices=indices)
         ctx.journal.save(record, durable=True)
-        log.info("accepted %s (%s) on GPUs %s", key, scheduled.spec.image, indices)
+        log.info("accepted %s (%s) on GPUs %s", key, scheduled.runnable.image, indices)
         self._launch(record)
         return True
 
@@ -315,3 +320,14 @@ class Agent:
 
 def _log_progress(state: LogState) -> int:
     return state.stdout.seq + state.stderr.seq + state.system.seq
+
+
+def unrunnable_problem(scheduled: AttemptScheduled) -> str:
+    """Why a command cannot run here ("" when it can): the dispatch processor sends an
+    AttemptScheduled with its job's spec (``AttemptScheduled.for_node``), and that spec must
+    be the one the scheduler placed (its ``spec_digest``; records before it have none)."""
+    if scheduled.spec is None:
+        return "carries no spec to run"
+    if scheduled.spec_digest and spec_digest(scheduled.spec) != scheduled.spec_digest:
+        return f"carries a spec other than the one placed ({scheduled.spec_digest})"
+    return ""

@@ -158,7 +158,7 @@ class AttemptRunner:
             ctx.runtime, container, self.key, ctx.agent, r.logs, self.emit.chunks
         )
         self._logs.start()
-        if s.spec.checkpoints:
+        if s.runnable.checkpoints:
             self._spawn(self.checkpoints.watch(), "checkpoints")
         self._spawn(self.emit.sample_stats(container), "stats")
 
@@ -170,7 +170,7 @@ class AttemptRunner:
         if outcome in ("cancelled", "runtime_exceeded", "agent_shutdown"):
             await ctx.blocking(ctx.runtime.stop, container, ctx.agent.stop_grace_s)
         await self._logs.end()
-        if s.spec.checkpoints:
+        if s.runnable.checkpoints:
             await self.checkpoints.scan(final=True)
         state = await ctx.blocking(ctx.runtime.state, container)
         if outcome == "cancelled":
@@ -190,20 +190,22 @@ class AttemptRunner:
         r, s, ctx = self.record, self.record.scheduled, self.ctx
         try:
             image_id, pulled = await ctx.blocking(
-                ctx.runtime.resolve_image, s.spec.image, ctx.agent.pull_policy
+                ctx.runtime.resolve_image, s.runnable.image, ctx.agent.pull_policy
             )
         except ImageUnavailableError as exc:
             await self.emit.fact(
                 ImageUnavailable,
-                image=s.spec.image,
+                image=s.runnable.image,
                 reason=exc.reason,
                 message=exc.message,
             )
             await self._release("image_unavailable")
             return None
-        await self.emit.fact(ImageResolved, image=s.spec.image, image_id=image_id, pulled=pulled)
+        await self.emit.fact(
+            ImageResolved, image=s.runnable.image, image_id=image_id, pulled=pulled
+        )
         try:
-            secrets = await ctx.secrets.resolve(s.job_id, s.attempt) if s.spec.secrets else {}
+            secrets = await ctx.secrets.resolve(s.job_id, s.attempt) if s.runnable.secrets else {}
             resume_file = await self.checkpoints.fetch_resume()
             request = self._container_request(resume_file, secrets)
             container = await ctx.blocking(ctx.runtime.create, request)
@@ -262,7 +264,7 @@ class AttemptRunner:
     async def _await_exit(self, container: str) -> str:
         """How the container ended: exited, cancelled, runtime_exceeded, agent_shutdown or lost."""
         r, ctx = self.record, self.ctx
-        limit = r.scheduled.spec.limits.max_runtime_s
+        limit = r.scheduled.runnable.limits.max_runtime_s
         started = r.started_at or ctx.clock()
         while True:
             if self._stop_request.is_set():

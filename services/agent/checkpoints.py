@@ -86,7 +86,7 @@ class Checkpoints:
     async def scan(self, final: bool) -> None:
         """Store what changed in the folder and held still (``final``: whatever is there)."""
         r, ctx = self.record, self.ctx
-        prefix = r.scheduled.spec.checkpoints or ""
+        prefix = r.scheduled.runnable.checkpoints or ""
         if self._folder_refused:
             return
         try:

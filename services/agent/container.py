@@ -40,14 +40,14 @@ def container_request(
     spooled."""
     r, s = record, record.scheduled
     uid, gid = ctx.agent.user()
-    for folder in (output, output / (s.spec.checkpoints or ".")):
+    for folder in (output, output / (s.runnable.checkpoints or ".")):
         # Owned by the container's (non-root) user, closed to every other uid on the node.
         folder.mkdir(parents=True, exist_ok=True)
         os.chown(folder, uid, gid)
         os.chmod(folder, 0o750)
     # The API refuses reserved names; a record it did not check (an older writer, the
     # trusted decode path) still never overrides what the agent sets.
-    given = {**s.spec.env, **(secrets or {})}
+    given = {**s.runnable.env, **(secrets or {})}
     env = {k: v for k, v in given.items() if not reserved_env(k)}
     if len(env) < len(given):
         log.warning(
@@ -69,8 +69,8 @@ def container_request(
         env["GRIDLEDGER_RESUME_FROM"] = resume_target
     return ContainerRequest(
         name=container_name(ctx.node_id, s.job_id, s.attempt),
-        image=s.spec.image,
-        command=list(s.spec.command),
+        image=s.runnable.image,
+        command=list(s.runnable.command),
         env=env,
         labels={
             LABEL_JOB: s.job_id,
@@ -78,8 +78,8 @@ def container_request(
             LABEL_NODE: ctx.node_id,
         },
         # Never 0 (Docker's "no limit"), even for a spec the API did not check.
-        memory_limit_bytes=max(int(s.spec.resources.memory_gb * 1024**3), _MIN_MEMORY),
-        nano_cpus=max(int(s.spec.resources.cpus * 1e9), _MIN_NANO_CPUS),
+        memory_limit_bytes=max(int(s.runnable.resources.memory_gb * 1024**3), _MIN_MEMORY),
+        nano_cpus=max(int(s.runnable.resources.cpus * 1e9), _MIN_NANO_CPUS),
         output_dir=output,
         user=f"{uid}:{gid}",
         pids_limit=ctx.agent.pids_limit,

@@ -44,7 +44,7 @@ class Outputs:
         r, ctx = self.record, self.ctx
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ctx.agent.upload_timeout_s
-        for spec in r.scheduled.spec.outputs:
+        for spec in r.scheduled.runnable.outputs:
             try:
                 stored = await self.put(spec.path, deadline - loop.time())
             except ArtifactMissingError:

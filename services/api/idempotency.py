@@ -121,12 +121,6 @@ def event_id_for(tenant: str, key: str) -> str:
     return derived_event_id(f"{tenant}:{key}", "api-submit")
 
 
-def spec_digest(spec: JobSpec | dict[str, Any]) -> str:
-    """A fingerprint of a spec, equal for equal specs (submitted or read back from a view)."""
-    data = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else spec
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
 @dataclass(frozen=True)
 class Known:
     """A key already taken: the digest of the spec it was taken with."""

@@ -310,8 +310,12 @@ class AccountingSummary(ApiModel):
 
 
 class JobDocument(JobView):
-    """The JobView with what a client needs next: terminal, accounting summary, links."""
+    """The JobView with what a client needs next: its spec, terminal, accounting summary,
+    links."""
 
+    spec: JobSpec | None = Field(
+        None, description="the job's spec as submitted (null before the submission is stored)"
+    )
     terminal: bool
     accounting: AccountingSummary | None
     links: Links

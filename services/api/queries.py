@@ -208,8 +208,9 @@ def accounting_summary(record: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def job_document(row: asyncpg.Record, record: dict[str, Any] | None) -> dict[str, Any]:
-    """The JobView of a jobs row for clients, with the accounting summary and links."""
-    return view_document(view_of(row), record)
+    """The JobView of a jobs row for clients, with its spec (the row's, stored once), the
+    accounting summary and links."""
+    return view_document(view_of(row), record, _json(row["spec"]))
 
 
 def view_of(row: asyncpg.Record) -> dict[str, Any]:
@@ -218,11 +219,15 @@ def view_of(row: asyncpg.Record) -> dict[str, Any]:
     return view
 
 
-def view_document(view: dict[str, Any], record: dict[str, Any] | None) -> dict[str, Any]:
-    """A JobView's JSON for clients, with the accounting summary and links."""
+def view_document(
+    view: dict[str, Any], record: dict[str, Any] | None, spec: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A JobView's JSON for clients, with the job's spec (the view leaves it out: its
+    JobSubmitted's, or the jobs row's), the accounting summary and links."""
     view = {k: v for k, v in view.items() if k != "applied_event_ids"}
     return {
         **view,
+        "spec": spec,
         "terminal": view.get("status") in TERMINAL_STATUSES,
         "accounting": accounting_summary(record),
         "links": links(view["job_id"]),

@@ -1,6 +1,9 @@
 """Which job-events go to a node, as a pure function (the dispatch processor carries it out).
 
-``AttemptScheduled`` is copied as it is; ``CancelRequested`` is copied with the
+``AttemptScheduled`` is sent with the job's spec filled in from its JobSubmitted (the
+decision on job-events carries only the spec's digest and what its readers need; the
+node needs all of it: docs/architecture.md, "The spec, stored once"), and not at all
+when the job's JobSubmitted is unknown; ``CancelRequested`` is copied with the
 node of the job's current attempt filled in (and a derived id);
 ``AttemptSuperseded`` becomes a CancelRequested for that attempt on its node. An attempt
 the log already shows as accepted or ended, or whose dispatch deadline has
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from projections.history import attempt_ended, unique
+from projections.history import History, attempt_ended, unique
 from schemas.events import (
     TERMINAL_EVENTS,
     AttemptAccepted,
@@ -60,7 +63,10 @@ def commands_for(
             return []
         if any(isinstance(e, AttemptAccepted) and e.attempt == event.attempt for e in everything):
             return []
-        out: list[Event] = [event]
+        spec = event.spec or History.of(everything).spec
+        if spec is None:
+            return []  # no spec to run (the node would refuse it): its dispatch times out
+        out: list[Event] = [event.for_node(spec)]
         cancel = next((e for e in prefix if isinstance(e, CancelRequested)), None)
         if cancel is not None:
             # The job was cancelled before it was placed: the node must not run it either.

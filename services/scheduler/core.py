@@ -41,7 +41,7 @@ from schemas.events import (
     Role,
     with_role,
 )
-from schemas.spec import JobSpec
+from schemas.spec import JobSpec, carried
 from schemas.types import Avoidance, CheckpointRef, FitReport
 from services.scheduler.fleet import Fleet
 from services.scheduler.placement import Placement, PlacementRequest, place
@@ -442,7 +442,7 @@ class SchedulerState:
             gpu_model=placement.gpu_model,
             gpu_indices=list(placement.gpu_indices),
             dispatch_deadline=now + timedelta(seconds=self.config.dispatch_timeout_s),
-            spec=entry.spec,
+            **carried(entry.spec),
             tenant=entry.tenant,
             resume_from=resume,
             avoidance=avoidance,

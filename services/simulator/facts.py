@@ -100,7 +100,7 @@ class AttemptFacts:
                 gpu_model=s.gpu_model,
                 gpu_indices=s.gpu_indices,
             ),
-            self.fact(ImageResolved, at, image=s.spec.image, image_id="sha256:sim"),
+            self.fact(ImageResolved, at, image=s.runnable.image, image_id="sha256:sim"),
             self.fact(
                 ContainerStarted,
                 at,
@@ -161,8 +161,8 @@ class AttemptFacts:
                 last_log_lines=lines[-20:],
             )
         )
-        if outcome == Outcome.SUCCESS and any(o.path for o in self.scheduled.spec.outputs):
-            for out in self.scheduled.spec.outputs:
+        if outcome == Outcome.SUCCESS and any(o.path for o in self.scheduled.runnable.outputs):
+            for out in self.scheduled.runnable.outputs:
                 digest = hashlib.sha256(f"{self.scheduled.job_id}/{out.path}".encode())
                 events.append(
                     self.fact(

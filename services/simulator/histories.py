@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from schemas.events import AttemptScheduled, Event, JobQueued, JobSubmitted
-from schemas.spec import JobSpec
+from schemas.spec import JobSpec, carried
 from services.simulator.facts import AttemptFacts, Outcome
 from services.simulator.mix import JobMix
 
@@ -59,10 +59,10 @@ def job_history(
         gpu_model="A100-80GB",
         gpu_indices=[0],
         dispatch_deadline=t0 + timedelta(seconds=60),
-        spec=spec,
+        **carried(spec),
         tenant="sim",
     )
-    facts = AttemptFacts(scheduled, node_id, tick_s)
+    facts = AttemptFacts(scheduled.for_node(spec), node_id, tick_s)
     held = t0 + timedelta(milliseconds=200)
     events: list[Event] = [submitted, queued, scheduled, *facts.start(held)]
     at = held + timedelta(seconds=heartbeat_s)

@@ -24,6 +24,7 @@ from schemas.events import (
     NodeRegistered,
     PriceCatalogPublished,
 )
+from schemas.spec import JobSpec
 from schemas.trusted import json_builder
 from schemas.views import TERMINAL_STATUSES, AccountingRecord, AttemptView, JobView
 
@@ -74,11 +75,12 @@ def job_event_row(event: Event, seq: int) -> Row:
     }
 
 
-def job_row(view: JobView) -> Row:
-    """The jobs row of a job's view: the columns the API filters and sorts on, and the view
-    itself."""
+def job_row(view: JobView, spec: JobSpec | None = None) -> Row:
+    """The jobs row of a job's view: the columns the API filters and sorts on, the view
+    itself, and ``spec``, the job's spec, given by the batch that applied its JobSubmitted
+    (None keeps the stored one: :attr:`services.sink.tables.Table.kept`)."""
     failure = view.failure
-    spec = view.spec
+    resources = view.resources
     return {
         "job_id": view.job_id,
         "tenant": view.tenant,
@@ -86,8 +88,8 @@ def job_row(view: JobView) -> Row:
         "status": view.status,
         "terminal": view.status in TERMINAL_STATUSES,
         "attempt": view.attempt,
-        "image": spec.image if spec else "",
-        "gpus": spec.resources.gpus if spec else 0,
+        "image": view.image,
+        "gpus": resources.gpus if resources else 0,
         "submitted_at": view.submitted_at,
         "updated_at": view.updated_at,
         "terminal_at": view.terminal_at,
@@ -99,6 +101,7 @@ def job_row(view: JobView) -> Row:
         "advice": failure.advice if failure else "",
         "event_count": view.event_count,
         "view": dump(view),
+        "spec": dump(spec) if spec is not None else None,
     }
 
 

@@ -77,6 +77,9 @@ class Table:
     """Columns Postgres fills itself, after ``columns`` (``job_events.stream_position``, a
     bigserial): never written by the sink, and not compared by replay (a rebuild numbers
     its rows anew)."""
+    kept: tuple[str, ...] = ()
+    """Columns written once: an upsert's NULL there keeps what is stored (``jobs.spec``,
+    which only the batch that applies the job's JobSubmitted sends)."""
     names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -132,11 +135,17 @@ def _pairs(columns: str) -> tuple[tuple[str, str], ...]:
 
 
 def declare(
-    name: str, key: tuple[str, ...], columns: str, *, derived: bool = True, assigned: str = ""
+    name: str,
+    key: tuple[str, ...],
+    columns: str,
+    *,
+    derived: bool = True,
+    assigned: str = "",
+    kept: tuple[str, ...] = (),
 ) -> Table:
     """A table from ``"column type, column type, …"`` (types as in the migrations), and the
     columns Postgres assigns (:attr:`Table.assigned`) in the same form."""
-    return Table(name, _pairs(columns), key, derived, _pairs(assigned))
+    return Table(name, _pairs(columns), key, derived, _pairs(assigned), kept)
 
 
 TABLES: dict[str, Table] = {
@@ -149,7 +158,8 @@ TABLES: dict[str, Table] = {
             "attempt integer, image text, gpus integer, submitted_at timestamptz, "
             "updated_at timestamptz, terminal_at timestamptz, terminal_event text, "
             "failure_class text, attribution text, retryable boolean, summary text, "
-            "advice text, event_count integer, view jsonb",
+            "advice text, event_count integer, view jsonb, spec jsonb",
+            kept=("spec",),
         ),
         declare(
             "attempts",
@@ -365,7 +375,13 @@ async def upsert(
     last = {tuple(row[k] for k in key): row for row in table_rows}
     await _stage(conn, declared, list(last.values()))
     names = ", ".join(declared.names)
-    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in declared.names if c not in key)
+    updates = ", ".join(
+        f"{c} = COALESCE(EXCLUDED.{c}, {table}.{c})"
+        if c in declared.kept
+        else f"{c} = EXCLUDED.{c}"
+        for c in declared.names
+        if c not in key
+    )
     await conn.execute(
         f"INSERT INTO {table} ({names}) SELECT {names} FROM {declared.staging} "
         f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"

@@ -36,12 +36,14 @@ from projections.fold import fold
 from projections.prices import PriceBook
 from schemas.events import (
     Event,
+    JobSubmitted,
     LeaderElected,
     LogChunk,
     MeterTick,
     NodeEvent,
     PriceCatalogPublished,
 )
+from schemas.spec import JobSpec
 from schemas.topics import STORED_TOPICS
 from schemas.views import AccountingRecord, JobView
 from services.ledger.client import LedgerRecord
@@ -186,6 +188,9 @@ class _Batch:
         self.failures: list[Row] = []
         self.nodes: dict[str, Row] = {}
         self.accounting_due: set[str] = set()
+        self.specs: dict[str, JobSpec] = {}
+        """The spec of each job whose JobSubmitted this batch applied: stored once, in its
+        jobs row."""
 
     async def _new_only(self, table: str, ids: list[str]) -> set[str]:
         stored = await self.conn.fetch(
@@ -273,6 +278,8 @@ class _Batch:
         state.seq += 1
         event_rows.append(rows.job_event_row(event, state.seq))
         state.history.append(event)
+        if isinstance(event, JobSubmitted) and (folded is None or folded.submitted_at is None):
+            self.specs[job_id] = event.spec
         before = folded.failure if folded is not None else None
         state.fold = folded = fold([event], folded)
         assert folded is not None  # one event folded
@@ -348,7 +355,7 @@ class _Batch:
     async def flush(self, policy: AccountingPolicy, book: PriceBook | None = None) -> None:
         await insert_ignore(self.conn, "failures", self.failures, returning=None)
         views = [v for j in sorted(self.changed_views) if (v := self.states[j].view) is not None]
-        await upsert(self.conn, "jobs", [rows.job_row(v) for v in views])
+        await upsert(self.conn, "jobs", [rows.job_row(v, self.specs.get(v.job_id)) for v in views])
         await upsert(
             self.conn,
             "attempts",

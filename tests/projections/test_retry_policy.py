@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from projections.failures import Classification
+from projections.job_state import submitted_fields
 from projections.retry import DEFAULT_POLICY, RetryPolicy, decide, latest_checkpoint
 from schemas.types import CheckpointRef, Evidence
 from schemas.views import AttemptView, JobView
@@ -22,7 +23,8 @@ def view(*failed: tuple[str, str], **spec: object) -> JobView:
         )
         for i, (cls, who) in enumerate(failed, start=1)
     ]
-    return JobView(job_id="j", spec=job_spec(**spec), attempts=attempts, attempt=len(attempts))
+    fields = submitted_fields(job_spec(**spec))
+    return JobView(job_id="j", **fields, attempts=attempts, attempt=len(attempts))
 
 
 def failure(

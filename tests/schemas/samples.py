@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from schemas.events import EVENT_TYPES, Event
-from schemas.spec import JobSpec, ModelSpec, OutputSpec
+from schemas.spec import JobSpec, Limits, ModelSpec, OutputSpec, Resources, RetrySpec
 from schemas.views import VIEW_TYPES
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
@@ -23,7 +23,15 @@ SPEC = JobSpec(
     model=ModelSpec(params_billion=7, dtype="bf16", mode="training"),
     outputs=[OutputSpec(path="model.pt"), OutputSpec(path="metrics.json", required=False)],
     checkpoints="ckpt",
+    labels={"team": "vision"},
 )
+SPEC_PARTS: dict[Any, BaseModel] = {
+    JobSpec: SPEC,
+    Resources: Resources(gpus=2, gpu_models=["A100-80GB"], min_vram_gb=40.0),
+    Limits: Limits(max_runtime_s=120, queue_timeout_s=60),
+    RetrySpec: RetrySpec(max_attempts=2, retry_user_errors=True),
+}
+"""The spec and its parts as the events and views carry them (valid ones: their rules)."""
 
 
 def _value(tp: Any, name: str, depth: int) -> Any:
@@ -46,8 +54,8 @@ def _value(tp: Any, name: str, depth: int) -> Any:
         return 2.5
     if tp is datetime:
         return T0 + timedelta(seconds=depth + 1)
-    if tp is JobSpec:
-        return SPEC
+    if tp in SPEC_PARTS:
+        return SPEC_PARTS[tp]
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return sample(tp, depth + 1)
     raise TypeError(f"no sample for {tp!r}")

@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from schemas import avro as avro_schemas
-from schemas.avro import compatibility_problems, current_schemas, stored_schemas
+from schemas.avro import (
+    compatibility_problems,
+    current_schemas,
+    readers_first,
+    stored_schemas,
+)
 from schemas.errors import SchemaRegistryError
 
 BASE: dict[str, Any] = {
@@ -89,10 +94,15 @@ def test_todays_stored_history_passes_pair_by_pair_and_against_the_current_model
     current = current_schemas()
     checked = 0
     for name, versions in stored_schemas().items():
-        ordered = [versions[v] for v in sorted(versions)]
-        for older in ordered:
-            for newer in [*ordered, current[name][1]]:
-                assert compatibility_problems(older, newer) == [], name
+        ordered = [(v, versions[v]) for v in sorted(versions)]
+        for old_version, older in ordered:
+            # Each pair once, older first: the check reads both directions.
+            for new_version, newer in [
+                *ordered[ordered.index((old_version, older)) :],
+                current[name],
+            ]:
+                waived = readers_first(name, old_version, new_version)
+                assert compatibility_problems(older, newer, waived) == [], name
                 checked += 1
     assert checked > len(current)
 
@@ -110,3 +120,29 @@ def test_write_new_versions_refuses_an_incompatible_model(
     with pytest.raises(SchemaRegistryError, match=f"incompatible with stored v{version}"):
         avro_schemas.write_new_versions()
     assert not (tmp_path / f"{name}.v{version + 1}.avsc").exists()
+
+
+def test_the_readers_first_waiver_covers_its_field_alone() -> None:
+    """AttemptScheduled v6 made ``spec`` nullable (stored once, on JobSubmitted): old
+    readers are excused that field only. Another required field made nullable the same
+    way is still refused, and new readers read every old record."""
+    v5 = stored_schemas()["AttemptScheduled"][5]
+    v6 = current_schemas()["AttemptScheduled"][1]
+    assert readers_first("AttemptScheduled", 5, 6) == ("spec",)
+    assert readers_first("AttemptScheduled", 6, 7) == ()
+    assert compatibility_problems(v5, v6, ("spec",)) == []
+    unwaived = compatibility_problems(v5, v6)
+    assert unwaived and all(p.startswith("old readers cannot read new data") for p in unwaived)
+
+    def node_nullable(s: dict[str, Any]) -> None:
+        field = next(f for f in s["fields"] if f["name"] == "node_id")
+        field["type"], field["default"] = ["null", "string"], None
+
+    problems = compatibility_problems(v5, changed_from(v6, node_nullable), ("spec",))
+    assert any("old readers cannot read new data" in p for p in problems), problems
+
+
+def changed_from(schema: dict[str, Any], edit: Any) -> dict[str, Any]:
+    out = copy.deepcopy(schema)
+    edit(out)
+    return out

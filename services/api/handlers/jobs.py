@@ -12,6 +12,7 @@ import asyncpg
 from aiohttp import web
 from pydantic import ValidationError
 
+from projections.history import History
 from schemas.views import TERMINAL_STATUSES
 from services.api import errors, problems, queries
 from services.api import models as m
@@ -87,8 +88,11 @@ async def _job_document(request: web.Request) -> dict[str, Any]:
             + (f"; its first record was appended at {first.isoformat()}" if first else "")
         )
     folded = fold(history, ticks)
+    spec = History.of(history).spec
     document = queries.view_document(
-        folded.view.model_dump(mode="json"), folded.accounting.model_dump(mode="json")
+        folded.view.model_dump(mode="json"),
+        folded.accounting.model_dump(mode="json"),
+        spec.model_dump(mode="json") if spec is not None else None,
     )
     return {**document, "as_of": moment.isoformat()}
 

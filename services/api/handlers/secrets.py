@@ -274,7 +274,7 @@ async def _scheduled(pool: asyncpg.Pool, job_id: str, attempt: int) -> asyncpg.R
     deadline = loop.time() + RECORDED_WAIT_S
     while True:
         row = await pool.fetchrow(
-            "SELECT j.job_id, j.tenant, (j.view -> 'spec' -> 'secrets')::text AS secrets,"
+            "SELECT j.job_id, j.tenant, (j.spec -> 'secrets')::text AS secrets,"
             " a.node_id, a.status FROM jobs j JOIN attempts a ON a.job_id = j.job_id"
             " WHERE j.job_id = $1 AND a.attempt = $2 AND a.node_id <> ''",
             job_id,

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from projections.fit import NodeCapacity, check_fit
 from schemas.events import CancelRequested, JobSubmitted, new_event_id
-from schemas.spec import JobSpec
+from schemas.spec import JobSpec, spec_digest
 from schemas.views import TERMINAL_STATUSES
 from services.api import credentials, errors, idempotency, problems, queries
 from services.api import models as m
@@ -35,7 +35,7 @@ from services.api.deps import (
 )
 from services.clock import utcnow
 from services.ops.logs import log_context
-from services.sink import db
+from services.sink import db, rows
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ async def submit_job(request: web.Request) -> web.Response:
     # One key, one job (services/api/idempotency.py has the rule).
     job_id = idempotency.job_id_for(request.app[ID_KEY].get(), tenant, key)
     event_id = idempotency.event_id_for(tenant, key)
-    digest = idempotency.spec_digest(spec)
+    digest = spec_digest(spec)
 
     async def lookup() -> idempotency.Known | None:
         try:
@@ -99,9 +99,9 @@ async def submit_job(request: web.Request) -> web.Response:
             if not db.postgres_unavailable(exc):
                 raise
             return None  # Postgres away: the ids derived from the key still make it one job
-        if row is None:
-            return None
-        return idempotency.Known(idempotency.spec_digest(json.loads(row["view"])["spec"]))
+        if row is None or row["spec"] is None:
+            return None  # not stored yet: the ids derived from the key make it one job
+        return idempotency.Known(spec_digest(rows.from_stored(JobSpec, row["spec"])))
 
     async def append() -> idempotency.Known:
         await _record(request, submitted(job_id, event_id))
