@@ -1,6 +1,6 @@
 """The job fold and the view encoding on their own: CPU per event, spec against fast path.
 
-    python -m bench.fold [EVENTS]
+    python -m bench.fold [EVENTS] [--env-kb KB]
 
 No broker, no Postgres: the simulated histories of the pipeline, replay and sink loads
 (``bench.load.histories``), folded the way each hot path folds them, timed on the
@@ -16,6 +16,10 @@ process's CPU clock (steadier than wall time on a shared machine), best of 3:
   every ``--every`` events and at the end: ``account`` over the history so far (the
   specification) against one ``projections.tally.Tally`` per job, synced each time. The
   view is folded apart and passed to both, so only the accounting is timed.
+- ``--env-kb``: every job's spec with an env of that many KB (built without the spec's
+  bounds, as a record written before them), and the encoded bytes of its JobSubmitted,
+  AttemptScheduled (on job-events and as the node's command) and final view: what the
+  spec stored once saves (bench/README.md, "The spec, stored once").
 
 Writes ``bench/results/fold.json`` (``--out`` elsewhere). Not part of ``gridledger bench``:
 it measures one function pair, not a service.
@@ -35,11 +39,13 @@ from bench.common import RESULTS
 from bench.load import histories
 from projections.accounting import account
 from projections.fold import JobState, fold
-from projections.job_state import evolve
+from projections.job_state import evolve, project
 from projections.tally import Tally
 from schemas import codec
-from schemas.events import Event, MeterTick
+from schemas.events import AttemptScheduled, Event, JobSubmitted, MeterTick
+from schemas.spec import JobSpec
 from schemas.views import AccountingRecord, JobView
+from services.simulator.histories import SPEC
 
 
 def _cpu(run: Callable[[], object], repeat: int = 3) -> float:
@@ -116,9 +122,30 @@ def _states(jobs: list[list[Event]]) -> list[JobState]:
     return [s for h in jobs if (s := fold(h)) is not None]
 
 
-def measure(events: int, every: int) -> dict[str, Any]:
+def big_env_spec(env_kb: int) -> JobSpec:
+    """The bench spec with ``env_kb`` KB of env in 16 variables, its bounds not applied."""
+    size = env_kb * 1024 // 16
+    env = {f"DATA_{i:02d}": "x" * size for i in range(16)}
+    return SPEC.model_copy(update={"env": env})
+
+
+def record_bytes(history: list[Event]) -> dict[str, int]:
+    """Encoded bytes of one job's records that may carry its spec."""
+    submitted = next(e for e in history if isinstance(e, JobSubmitted))
+    scheduled = next(e for e in history if isinstance(e, AttemptScheduled))
+    # The command a node gets: dispatch fills the spec in (it always had it before).
+    command = scheduled.model_copy(update={"spec": submitted.spec})
+    return {
+        "job_submitted_bytes": len(codec.encode(submitted)),
+        "attempt_scheduled_bytes": len(codec.encode(scheduled)),
+        "node_command_bytes": len(codec.encode(command)),
+        "view_bytes": len(codec.encode(project(history))),
+    }
+
+
+def measure(events: int, every: int, env_kb: int = 0) -> dict[str, Any]:
     """The figures of ``events`` simulated events (whole jobs)."""
-    jobs = histories(events)
+    jobs = histories(events, spec=big_env_spec(env_kb)) if env_kb else histories(events)
     n = sum(len(h) for h in jobs)
     finals = _published(jobs, every, fast=False)
     if _published(jobs, every, fast=True) != finals:
@@ -143,6 +170,8 @@ def measure(events: int, every: int) -> dict[str, Any]:
     return {
         "events": n,
         "jobs": len(jobs),
+        "env_kb": env_kb,
+        **record_bytes(jobs[0]),
         "views_published_every": every,
         "evolve_us_per_event": evolve_s / n * 1e6,
         "fold_us_per_event": fold_s / n * 1e6,
@@ -164,9 +193,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("events", nargs="?", type=int, default=50_000)
     parser.add_argument("--every", type=int, default=4, help="events between published views")
+    parser.add_argument("--env-kb", type=int, default=0, help="KB of env in every job's spec")
     parser.add_argument("--out", type=Path, default=RESULTS / "fold.json")
     args = parser.parse_args()
-    result = measure(args.events, args.every)
+    result = measure(args.events, args.every, args.env_kb)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for key, value in result.items():
         print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {value}")

@@ -10,7 +10,8 @@ from schemas import codec
 from schemas.events import Event
 from services.clock import utcnow
 from services.ledger import Ledger
-from services.simulator.histories import job_history
+from schemas.spec import JobSpec
+from services.simulator.histories import SPEC, job_history
 from services.simulator.mix import JobMix
 
 BENCH_MIX = JobMix.parse("success=80,user_error=10,oom=10", duration="2-6")
@@ -38,13 +39,15 @@ class Loaded:
     by_topic: Counter[str] = field(default_factory=Counter)
 
 
-def histories(count: int, prefix: str = "job", mix: JobMix = BENCH_MIX) -> list[list[Event]]:
+def histories(
+    count: int, prefix: str = "job", mix: JobMix = BENCH_MIX, spec: JobSpec = SPEC
+) -> list[list[Event]]:
     """Job histories until at least ``count`` events (each job 15-30 events)."""
     out: list[list[Event]] = []
     total, i = 0, 0
     end = utcnow()
     while total < count:
-        h = job_history(f"{prefix}-{i:07d}", end + timedelta(milliseconds=i), mix)
+        h = job_history(f"{prefix}-{i:07d}", end + timedelta(milliseconds=i), mix, spec=spec)
         out.append(h)
         total += len(h)
         i += 1

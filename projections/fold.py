@@ -459,7 +459,7 @@ def _submitted(event: JobSubmitted, s: JobState) -> None:
         s.note(event, "the job was already submitted; ignored")
         return
     s.tenant, s.submitted_at = event.tenant, event.occurred_at
-    for name, value in submitted_fields(event.spec).items():
+    for name, value in submitted_fields(event.spec, event.spec_digest).items():
         setattr(s, name, value)
 
 

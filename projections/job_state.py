@@ -71,9 +71,10 @@ from schemas.views import (
 @dataclass(frozen=True)
 class ViewBudget:
     """What a JobView keeps at most of what a job's code and agent report, so that a view
-    of the largest valid spec with every attempt it may make stays well under the record
-    limit of the ``job-state`` topic (docs/architecture.md, "Poison records"). Part of
-    the fold, so the processors, the sink and replay keep exactly the same."""
+    with every attempt it may make stays well under the record limit of the ``job-state``
+    topic (docs/architecture.md, "Poison records"); the view holds no spec, only what
+    :func:`submitted_fields` keeps of it. Part of the fold, so the processors, the sink
+    and replay keep exactly the same."""
 
     log_bytes: int = 8 * 1024
     """An attempt's ``last_log_lines``: the latest lines that fit in this many UTF-8 bytes."""
@@ -157,11 +158,17 @@ def resubmission(view: JobView | None, event: Event) -> bool:
     )
 
 
-def submitted_fields(spec: JobSpec) -> dict[str, Any]:
-    """What a view keeps of the spec its JobSubmitted carries: the fields its readers need
-    (``schemas.spec.carried``, the name, the retry budget, the labels). The spec itself is
-    stored once, with JobSubmitted (docs/architecture.md, "The spec, stored once")."""
-    return {**carried(spec), "name": spec.name, "retry": spec.retry, "labels": spec.labels}
+def submitted_fields(spec: JobSpec, digest: str = "") -> dict[str, Any]:
+    """What a view keeps of the spec its JobSubmitted carries (``digest``: the one it
+    recorded): the fields its readers need (``schemas.spec.carried``, the name, the retry
+    budget, the labels). The spec itself is stored once, with JobSubmitted
+    (docs/architecture.md, "The spec, stored once")."""
+    return {
+        **carried(spec, digest),
+        "name": spec.name,
+        "retry": spec.retry,
+        "labels": spec.labels,
+    }
 
 
 def current(view: JobView) -> JobView:
@@ -319,7 +326,7 @@ def _(event: JobSubmitted, view: JobView) -> JobView:
     return view.model_copy(
         update={
             "tenant": event.tenant,
-            **submitted_fields(event.spec),
+            **submitted_fields(event.spec, event.spec_digest),
             "submitted_at": event.occurred_at,
         }
     )

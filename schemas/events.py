@@ -207,13 +207,16 @@ class JobSubmitted(Event):
 
     ROLES: ClassVar[Roles] = frozenset({Role.SCHEDULER_INPUT})
 
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
     """v2: the spec's ``labels`` (v1 payloads decode with none); v3 its ``secrets``
-    (names only)."""
+    (names only); v4 ``spec_digest``."""
 
     tenant: str
     submitter: str = ""
     spec: JobSpec
+    spec_digest: str = ""
+    """``schemas.spec.spec_digest(spec)``, made once by the API as it appends ("" before v4:
+    readers compute it, ``schemas.spec.carried``)."""
 
 
 class SchedulerDecision(Event):

@@ -446,12 +446,13 @@ def spec_digest(spec: JobSpec) -> str:
     return "sha256:" + hashlib.sha256(canonical(spec)).hexdigest()
 
 
-def carried(spec: JobSpec) -> dict[str, Any]:
+def carried(spec: JobSpec, digest: str = "") -> dict[str, Any]:
     """What an AttemptScheduled and a JobView carry of a job's spec instead of the whole of
     it (which only JobSubmitted carries): its digest, image, resources and limits, the
-    fields of the same names."""
+    fields of the same names. ``digest``: the one JobSubmitted recorded (computed here
+    when it is "", a record written before JobSubmitted had it)."""
     return {
-        "spec_digest": spec_digest(spec),
+        "spec_digest": digest or spec_digest(spec),
         "image": spec.image,
         "resources": spec.resources,
         "limits": spec.limits,

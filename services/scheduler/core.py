@@ -442,7 +442,7 @@ class SchedulerState:
             gpu_model=placement.gpu_model,
             gpu_indices=list(placement.gpu_indices),
             dispatch_deadline=now + timedelta(seconds=self.config.dispatch_timeout_s),
-            **carried(entry.spec),
+            **carried(entry.spec, entry.submitted.spec_digest),
             tenant=entry.tenant,
             resume_from=resume,
             avoidance=avoidance,

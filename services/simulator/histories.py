@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from schemas.events import AttemptScheduled, Event, JobQueued, JobSubmitted
-from schemas.spec import JobSpec, carried
+from schemas.spec import JobSpec, carried, spec_digest
 from services.simulator.facts import AttemptFacts, Outcome
 from services.simulator.mix import JobMix
 
@@ -37,7 +37,12 @@ def job_history(
     duration = mix.duration_s(job_id, 1)
     t0 = end - timedelta(seconds=duration + 0.2)
     submitted = JobSubmitted(
-        job_id=job_id, occurred_at=t0, producer="api/sim", tenant="sim", spec=spec
+        job_id=job_id,
+        occurred_at=t0,
+        producer="api/sim",
+        tenant="sim",
+        spec=spec,
+        spec_digest=spec_digest(spec),
     )
     queued = JobQueued.derived(
         submitted,
@@ -59,7 +64,7 @@ def job_history(
         gpu_model="A100-80GB",
         gpu_indices=[0],
         dispatch_deadline=t0 + timedelta(seconds=60),
-        **carried(spec),
+        **carried(spec, submitted.spec_digest),
         tenant="sim",
     )
     facts = AttemptFacts(scheduled.for_node(spec), node_id, tick_s)

@@ -14,7 +14,7 @@ from schemas.events import (
     JobSubmitted,
     JobSucceeded,
 )
-from schemas.spec import JobSpec
+from schemas.spec import JobSpec, carried, spec_digest
 from services.processors.dispatch import commands_for
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -29,13 +29,29 @@ def sched(attempt: int, node: str) -> AttemptScheduled:
         node_id=node,
         gpu_count=1,
         dispatch_deadline=T0 + timedelta(seconds=60),
-        spec=SUB.spec,
+        **carried(SUB.spec),
     )
+
+
+def test_the_node_gets_the_spec_of_the_jobs_first_jobsubmitted() -> None:
+    """job-events carry the spec once (JobSubmitted); the node's command carries it whole,
+    a forged second JobSubmitted never replaces it, and without JobSubmitted no command goes."""
+    a1 = sched(1, "n1")
+    assert a1.spec is None and a1.spec_digest == spec_digest(SUB.spec)
+    forged = JobSubmitted(job_id="j", occurred_at=T0, tenant="other", spec=JobSpec(image="evil"))
+    (command,) = commands_for([SUB, a1], [SUB, forged, a1], a1, T0)
+    assert isinstance(command, AttemptScheduled)
+    assert command.runnable == SUB.spec and command.event_id == a1.event_id
+    assert command == a1.for_node(SUB.spec)
+    assert commands_for([a1], [a1], a1, T0) == []
+    # A decision written before the spec was stored once carries it: sent as it was.
+    old = a1.model_copy(update={"spec": SUB.spec, "spec_digest": ""})
+    assert commands_for([SUB, old], [SUB, old], old, T0) == [old]
 
 
 def test_attempt_scheduled_is_copied_unless_late_accepted_or_over() -> None:
     a1 = sched(1, "n1")
-    assert commands_for([SUB, a1], [SUB, a1], a1, T0) == [a1]
+    assert commands_for([SUB, a1], [SUB, a1], a1, T0) == [a1.for_node(SUB.spec)]
     assert commands_for([SUB, a1], [SUB, a1], a1, T0 + timedelta(seconds=60)) == []
     accepted = AttemptAccepted(job_id="j", attempt=1, occurred_at=T0, node_id="n1")
     assert commands_for([SUB, a1], [SUB, a1, accepted], a1, T0) == []

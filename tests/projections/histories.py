@@ -42,7 +42,7 @@ from schemas.events import (
     OutputStored,
     ProcessExited,
 )
-from schemas.spec import JobSpec
+from schemas.spec import JobSpec, carried, spec_digest
 from schemas.types import CheckpointRef, GpuDevice
 
 T0 = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)
@@ -177,7 +177,14 @@ class JobHistory:
     # ------------------------------------------------------------------ api
 
     def submit(self) -> JobSubmitted:
-        return self.emit(JobSubmitted, "api", tenant=self.tenant, submitter="alice", spec=self.spec)
+        return self.emit(
+            JobSubmitted,
+            "api",
+            tenant=self.tenant,
+            submitter="alice",
+            spec=self.spec,
+            spec_digest=spec_digest(self.spec),
+        )
 
     def reject_for_fit(self, nodes: list[NodeCapacity]) -> JobRejected:
         """The scheduler's pre-flight rejection, built as production builds it."""
@@ -234,7 +241,7 @@ class JobHistory:
             gpu_model=model,
             gpu_indices=list(range(gpus)),
             dispatch_deadline=self.now + timedelta(seconds=60),
-            spec=self.spec,
+            **carried(self.spec),
             tenant=self.tenant,
             resume_from=resume_from,
         )

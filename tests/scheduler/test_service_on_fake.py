@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from projections.decisions import react_all
 from projections.job_state import project
 from schemas.events import AttemptScheduled, Event, JobQueued, JobRejected, RecordRefused
+from schemas.spec import spec_digest
 from services.ledger import compose
 from services.ledger.client import DLQ_CONSUMER, DLQ_ERROR, DLQ_REASON, encoded, record_bytes
 from services.scheduler import build_scheduler
@@ -111,18 +111,18 @@ async def test_a_record_the_scheduler_cannot_apply_is_parked_and_the_next_job_is
     assert b"a state bug" in headers[DLQ_ERROR]
 
 
-async def test_a_placement_over_the_record_limit_is_parked_and_the_job_ends_record_refused(
+async def test_the_placement_of_the_largest_spec_fits_where_its_submission_just_does(
     settings: Settings,
 ) -> None:
-    """A placement carries the spec: one the topic cannot take (a limit set below what the
-    largest valid spec needs) is parked, and the job ends record_refused instead of the
-    scheduler failing the same append on every restart."""
+    """The spec is stored once: a placement carries its digest, image, resources and limits,
+    not the spec, so under a limit the submission just fits the placement is appended and
+    nothing is parked (the node's command, which carries the spec, is the processors':
+    tests/processors/test_record_limits.py)."""
     job = submitted(
         "job-huge", env={"A": "a" * 30_000, "B": "b" * 30_000}, command=["sh", "-c", "c" * 60_000]
     )
     submitted_bytes = record_bytes(encoded([("t", job.key, job)])[0])
     base = fast(settings.model_copy(update={"topic_prefix": "fake."}))
-    # The submission fits; its placement (the same spec, plus where it runs) does not.
     ledger = await FakeLedger(
         base.model_copy(update={"kafka_max_message_bytes": submitted_bytes + 64})
     ).start()
@@ -134,21 +134,18 @@ async def test_a_placement_over_the_record_limit_is_parked_and_the_job_ends_reco
     try:
         await scheduler.wait_ready()
         history = await wait_history(
-            ledger,
-            job.job_id,
-            lambda h: any(isinstance(e, RecordRefused) for e in h),
-            what="the refusal",
+            ledger, job.job_id, lambda h: bool(placements(h)), what="the placement"
         )
     finally:
         await scheduler.stop()
         await node.stop()
-    (refused,) = [e for e in history if isinstance(e, RecordRefused)]
-    assert (refused.record_topic, refused.record_type) == ("job-events", "AttemptScheduled")
-    assert placements(history) == []
-    (parked,) = [r async for r in ledger.read_raw(ledger.settings.topic("dead-letter"))]
-    assert dict(parked.headers)[DLQ_REASON] == b"unpublishable" and parked.value is None
-    # The retry decider ends the job on it (the processors are not running here).
-    final = react_all(history)
-    assert [(e.type, getattr(e, "failure_class", "")) for e in final][:1] == [
-        ("JobFailed", "record_refused")
-    ]
+    (placed,) = placements(history)
+    assert placed.spec is None and placed.spec_digest == spec_digest(job.spec)
+    assert (placed.image, placed.resources, placed.limits) == (
+        job.spec.image,
+        job.spec.resources,
+        job.spec.limits,
+    )
+    assert record_bytes(encoded([("t", placed.key, placed)])[0]) < 2048
+    assert not any(isinstance(e, RecordRefused) for e in history)
+    assert [r async for r in ledger.read_raw(ledger.settings.topic("dead-letter"))] == []

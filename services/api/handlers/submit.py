@@ -69,6 +69,7 @@ async def submit_job(request: web.Request) -> web.Response:
     if spec.resume_from is not None:
         await _own_resume_source(request, tenant, spec.resume_from)
     warned = credentials.warnings(spec.env)
+    digest = spec_digest(spec)
 
     def submitted(job_id: str, event_id: str) -> JobSubmitted:
         return JobSubmitted(
@@ -80,6 +81,7 @@ async def submit_job(request: web.Request) -> web.Response:
             tenant=tenant,
             submitter=submitter,
             spec=spec,
+            spec_digest=digest,
         )
 
     if not key:
@@ -90,7 +92,6 @@ async def submit_job(request: web.Request) -> web.Response:
     # One key, one job (services/api/idempotency.py has the rule).
     job_id = idempotency.job_id_for(request.app[ID_KEY].get(), tenant, key)
     event_id = idempotency.event_id_for(tenant, key)
-    digest = spec_digest(spec)
 
     async def lookup() -> idempotency.Known | None:
         try:
