@@ -8,9 +8,9 @@ from datetime import timedelta
 
 from schemas import codec
 from schemas.events import Event
+from schemas.spec import JobSpec
 from services.clock import utcnow
 from services.ledger import Ledger
-from schemas.spec import JobSpec
 from services.simulator.histories import SPEC, job_history
 from services.simulator.mix import JobMix
 

@@ -7,8 +7,9 @@ of the cost of folding a job (bench/README.md). :class:`JobState` applies the sa
 to a slotted object in place; :meth:`JobState.freeze` gives the JobView that ``evolve``
 would have given for the same events, once per job per batch, and :meth:`JobState.datum`
 the view's Avro datum straight from the state (no ``model_dump``; the spec is not in
-the view, only what its readers need of it). ``tests/projections/test_fast_fold.py`` shows, on generated
-histories with late facts, duplicates and reordering, that both equal the fold of
+the view, only what its readers need of it). ``tests/projections/test_fast_fold.py``
+shows, on generated histories with late facts, duplicates and reordering, that both
+equal the fold of
 ``evolve``. A rule changes in ``job_state`` first, then here.
 
 Pure: the state is the caller's, nothing else is read or kept.

@@ -22,7 +22,6 @@ import logging
 from functools import partial
 from typing import Any
 
-from schemas.spec import spec_digest
 from schemas.events import (
     AttemptScheduled,
     CancelRequested,
@@ -30,6 +29,7 @@ from schemas.events import (
     NodeHeartbeat,
     NodeRegistered,
 )
+from schemas.spec import spec_digest
 from services.agent.attempt import AttemptRunner
 from services.agent.context import AgentContext, GpuPool
 from services.agent.facts import node_fact

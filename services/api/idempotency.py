@@ -32,17 +32,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import os
 import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from schemas.events import derived_event_id
-from schemas.spec import JobSpec, character_problem
+from schemas.spec import character_problem
 from services.settings import Settings
 
 REMEMBERED_KEYS = 100_000

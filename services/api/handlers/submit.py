@@ -7,7 +7,6 @@ its Idempotency-Key answers with the job it made the first time (``services.api.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
 import asyncpg
