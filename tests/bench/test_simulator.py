@@ -10,7 +10,7 @@ import pytest
 from projections.accounting import account
 from projections.decisions import settle
 from projections.job_state import project
-from schemas.events import AttemptHeartbeat, AttemptScheduled, LogChunk, MeterTick
+from schemas.events import AttemptHeartbeat, AttemptScheduled, JobSubmitted, LogChunk, MeterTick
 from services.simulator.facts import AttemptFacts, Outcome
 from services.simulator.histories import job_history
 from services.simulator.mix import JobMix
@@ -65,7 +65,8 @@ def test_sequences_have_no_gaps_and_follow_the_agent_order() -> None:
     assert lifecycle[-2:] == ["ProcessExited", "ComputeReleased"]
     # Re-building the same attempt yields the same ids (idempotent re-emission).
     scheduled = next(e for e in history if isinstance(e, AttemptScheduled))
-    again = AttemptFacts(scheduled, scheduled.node_id).start(END)
+    spec = next(e for e in history if isinstance(e, JobSubmitted)).spec
+    again = AttemptFacts(scheduled.for_node(spec), scheduled.node_id).start(END)
     assert [e.event_id for e in again] == [e.event_id for e in history[3:7]]
 
 
