@@ -12,11 +12,11 @@ Processors (``--only`` picks a subset; each subset is its own consumer group):
 One member of the worker's consumer group (:class:`JobEventsConsumer`, a faust/mode
 ``Service`` of the app, reading through the ledger's one subscription) reads every
 topic the chosen processors read (job-events, plus heartbeats for the watchdog and
-meter-ticks for accounting) a whole batch at a time and hands each batch to
-:class:`.step.Step`, which offers
-every record to each chosen processor: a record is fetched and decoded once,
-and the batch's sends are awaited once. Only then are the batch's offsets
-committed, so a crash re-delivers exactly what was not yet acknowledged.
+meter-ticks for accounting) a whole batch at a time, decoded by the subscription
+(which parks an undecodable record once), and hands each batch to
+:class:`.step.Step`, which offers every record to each chosen processor (parking one
+a processor cannot apply) and awaits the batch's sends once. Only then are the batch's
+offsets committed, so a crash re-delivers exactly what was not yet acknowledged.
 
 faust is the worker's framework: the app and its lifecycle, the consumer as one
 of its services, the watchdog's timer, its sensors (fed with the group's rebalances
@@ -364,9 +364,10 @@ class JobEventsConsumer(Service):
     chosen processors read. Each batch (records in partition order) goes through
     :meth:`.step.Step.run`, which returns once the broker acknowledged every send the
     batch led to; only then does the subscription commit the batch's offsets (a
-    rebalance waits for that). A failed step crashes the worker without a commit
-    (:meth:`Processors.fail`), and a batch cut short by a stop or a rebalance is simply
-    re-delivered: every derived event has a deterministic id, so a repeat is a
+    rebalance waits for that). A record a processor cannot apply is parked by the step
+    and the batch goes on; a step that fails otherwise (its sends) crashes the worker
+    without a commit (:meth:`Processors.fail`), and a batch cut short by a stop or a
+    rebalance is simply re-delivered: every derived event has a deterministic id, so a repeat is a
     duplicate every reader drops. The group's rebalances and the commits feed faust's
     sensors, as faust's own consumer would.
     """
@@ -392,7 +393,6 @@ class JobEventsConsumer(Service):
             [s.topic(suffix) for suffix in topics_for(p.only)],
             name=p.step.consumer_name,
             group=p.app_id,
-            decode=False,  # the step decodes on its own hot path
             max_records=BATCH_MAX,
             wait_ms=POLL_TIMEOUT_MS,
             watch=self,
@@ -433,7 +433,7 @@ class JobEventsConsumer(Service):
             async with subscription:
                 async for batch in subscription:
                     if batch:
-                        await step.run(batch.raws)
+                        await step.run(batch)
         except Exception as exc:  # noqa: BLE001 - crash-only: fail logs it
             self.processors.fail(exc)
 

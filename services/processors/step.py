@@ -1,14 +1,17 @@
 """One batch of consumed records through every chosen processor (no faust in here).
 
-The worker's single faust agent hands each batch it takes to :meth:`Step.run`.
-Every record is decoded once (an undecodable one is dead-lettered once), added
-to the :class:`.store.JobStore` and offered to each chosen processor in a fixed
-order; the processors only note what the record leads to. Then the batch's
-sends go out: derived events and node commands in the order they were decided,
-each touched job's view once, each touched job's accounting record once; and
-``run`` returns only when the broker acknowledged all of them. The agent acks
-(and faust later commits) the batch only after that, which is what makes the
-worker at-least-once. Handlers are plain functions so a record costs no awaits.
+The worker's consumer hands each batch the subscription decoded to :meth:`Step.run`
+(an undecodable record was parked there, once, before the batch was handed over).
+Every record is added to the :class:`.store.JobStore` and offered to each chosen
+processor in a fixed order; the processors only note what the record leads to. A
+record a processor cannot apply (it raises: a bug that hostile input reached) is parked
+on the dead-letter topic as ``unapplicable``, with the error, and the batch goes on: one
+poison record never stops the worker for every job. Then the batch's sends go out:
+derived events and node commands in the order they were decided, each touched job's view
+once, each touched job's accounting record once; and ``run`` returns only when the
+broker acknowledged all of them. The subscription commits the batch only after that,
+which is what makes the worker at-least-once. Handlers are plain functions so a record
+costs no awaits.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from projections.decisions import REACTS_TO, react
 from projections.fold import JobState, fold
 from projections.tally import Tally
 from schemas import codec
-from schemas.errors import EventDecodeError
 from schemas.events import (
     AttemptHeartbeat,
     Event,
@@ -34,11 +36,11 @@ from schemas.events import (
 from schemas.views import TERMINAL_STATUSES, JobView
 from services.backoff import retrying
 from services.clock import utcnow
-from services.ledger import LedgerPort
-from services.ledger.client import broker_unavailable, encoded, heard_at
-from services.ledger.port import Encoded, Keyed
+from services.ledger import LedgerPort, TopicPartition
+from services.ledger.client import broker_unavailable, encoded
+from services.ledger.port import Encoded, Keyed, LedgerRecord
 from services.ops import metrics
-from services.ops.logs import attach_context, event_context
+from services.ops.logs import event_context
 from services.processors import dispatch
 from services.processors.snapshot import is_settled
 from services.processors.store import LOCAL, JobStore
@@ -49,14 +51,23 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-class Record(Protocol):
-    """What the step reads of a consumed record (a faust ``Message`` has these)."""
+class Delivered(Protocol):
+    """What the step reads of a batch the subscription handed over
+    (:class:`services.ledger.subscription.Batch`)."""
 
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
+    records: list[LedgerRecord]
+    """The decoded records, in partition order (undecodable ones already parked)."""
+    offsets: dict[TopicPartition, int]
+    """Partition -> its next offset once the batch is handled."""
+
+    @property
+    def newest_s(self) -> float | None:
+        """The broker timestamp (epoch seconds) of the batch's newest record."""
+        ...
+
+    async def park(self, record: LedgerRecord, error: Exception | str, reason: str) -> None:
+        """Park one of the batch's records on the dead-letter topic."""
+        ...
 
 
 @dataclass
@@ -113,32 +124,15 @@ class Step:
 
     # ----------------------------------------------------------------------- the batch
 
-    async def run(self, records: Sequence[Record]) -> None:
-        """Apply ``records`` (in consumption order) and wait until every send is acked."""
-        batch = Batch()
+    async def run(self, delivered: Delivered) -> None:
+        """Apply a batch's records (in consumption order) and wait until every send is
+        acked; a record a processor cannot apply is parked (``unapplicable``)."""
+        batch = Batch(newest_s=delivered.newest_s)
         store = self.store
         handlers = self.handlers
-        consumed: dict[str, int] = {}
         received = utcnow()
-        heartbeats = self._heartbeats
-        for record in records:
-            consumed[record.topic] = consumed.get(record.topic, 0) + 1
-            stamp = getattr(record, "timestamp", None)
-            if stamp:
-                # faust's Message has seconds, aiokafka's ConsumerRecord milliseconds.
-                seconds = stamp / 1000 if stamp > 1e11 else float(stamp)
-                batch.newest_s = max(batch.newest_s or seconds, seconds)
-            if record.topic == heartbeats:
-                self.heard_offsets[record.partition] = record.offset + 1
-            if record.value is None:
-                continue  # a tombstone: nothing to apply
-            try:
-                value = codec.decode(record.value, trusted=True)  # the ledger's own topics
-            except EventDecodeError as exc:
-                await self.retrying(
-                    partial(self.ledger.dead_letter, record, exc, self.consumer_name)
-                )
-                continue
+        for record in delivered.records:
+            value = record.value
             if not isinstance(value, Event):
                 continue
             if record.partition not in store.loaded_at:
@@ -153,24 +147,26 @@ class Step:
                 await self.retrying(partial(store.unsettle, value.job_id, record.partition))
             try:
                 if isinstance(value, AttemptHeartbeat):
-                    store.add_heartbeat(value, heard_at(record, received))
+                    store.add_heartbeat(value, record.appended_at or received)
                 elif isinstance(value, MeterTick):
                     store.add_tick(value)
                     # Even a known tick: after a crash the rebuild knows it, but the record
                     # built from it may never have been published.
                     batch.accounts.add(value.job_id)
                 else:
-                    store.add(value.job_id, record.offset, value, heard_at(record, received))
+                    store.add(value.job_id, record.offset, value, record.appended_at or received)
                     for handler in handlers:
                         handler(value.job_id, record.offset, value, batch)
-            except Exception as exc:
-                # The worker's crash line names the record that caused it.
-                attach_context(exc, **event_context(value))
-                raise
+            except Exception as exc:  # parked with the error; the traceback is logged here
+                log.warning(
+                    "a processor cannot apply %s; parking it", value.type,
+                    exc_info=exc, extra=event_context(value),
+                )  # fmt: skip
+                await delivered.park(record, exc, "unapplicable")  # through an outage
+        for tp, offset in delivered.offsets.items():
+            if tp.topic == self._heartbeats:
+                self.heard_offsets[tp.partition] = offset
         await self.flush(batch)
-        # Counted once the batch's sends are acknowledged: a reader of the metrics that
-        # sees a record consumed also sees what it led to produced.
-        metrics.count_by_topic(metrics.EVENTS_CONSUMED, consumed)
 
     async def retrying(self, operation: Callable[[], Awaitable[_T]]) -> _T:
         """``operation`` until it succeeds, waiting out broker outages (the settings'

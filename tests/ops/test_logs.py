@@ -6,14 +6,12 @@ import json
 import logging
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
 
-from schemas import codec
 from schemas.events import JobSubmitted, NodeDrained
-from services.ledger import Ledger
+from services.ledger.client import DLQ_ERROR, DLQ_REASON
 from services.ops import logs
 from services.ops.logs import (
     JsonFormatter,
@@ -26,6 +24,8 @@ from services.ops.logs import (
 from services.processors.step import Step
 from services.processors.store import JobStore
 from services.settings import Settings
+from tests.fakes.feed import Feed
+from tests.fakes.ledger import FakeLedger
 from tests.schemas.samples import sample
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -81,21 +81,14 @@ def test_event_context_names_what_an_event_is_about() -> None:
     assert event_context(drained) == {"event_id": "ev-d", "node_id": "gpu-7"}  # no job
 
 
-@dataclass
-class _Record:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-
-async def test_a_processor_that_crashes_on_a_record_names_that_record(settings: Settings) -> None:
-    """The processors' per-record loop: whatever a processor raises carries the record's
-    job, attempt and event id to the worker's crash line."""
-    ledger = Ledger(settings, "test")  # never started: a crash before any send needs no broker
+async def test_a_processor_that_fails_on_a_record_names_that_record_and_parks_it(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The processors' per-record loop: whatever a processor raises is logged with the
+    record's job, attempt and event id, and the record is parked with the error."""
+    ledger = await FakeLedger(settings).start()
     store = JobStore(ledger)
-    store.loaded_at[0] = T0  # as after the partition's rebuild
+    store.loaded_at.update(dict.fromkeys(range(settings.job_partitions), T0))  # rebuilt
     step = Step(settings, ledger, store, ["state"], "test")
 
     def broken(job_id: str, offset: int, event: object, batch: object) -> None:
@@ -103,15 +96,20 @@ async def test_a_processor_that_crashes_on_a_record_names_that_record(settings: 
 
     step.handlers = [broken]
     event = sample(JobSubmitted)
-    record = _Record(settings.topic("job-events"), 0, 7, event.key.encode(), codec.encode(event))
-    with pytest.raises(ZeroDivisionError) as crashed:
-        await step.run([record])
-    line = _json_line(crashed.value)
+    await ledger.append(event)
+    with caplog.at_level(logging.WARNING):
+        await Feed(ledger, [settings.topic("job-events")], "test").drain(step.run)
+    failed = next(r for r in caplog.records if r.exc_info and "cannot apply" in r.getMessage())
+    line = json.loads(JsonFormatter("processors").format(failed))
     assert (line["job_id"], line["attempt"], line["event_id"]) == (
         event.job_id,
         event.attempt,
         event.event_id,
     )
+    assert "ZeroDivisionError: a processor's bug" in str(line["error"])
+    [parked] = [r async for r in ledger.read_raw(settings.topic("dead-letter"))]
+    headers = {name: value.decode() for name, value in parked.headers}
+    assert (headers[DLQ_REASON], headers[DLQ_ERROR]) == ("unapplicable", "a processor's bug")
 
 
 @pytest.fixture

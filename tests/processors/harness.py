@@ -7,13 +7,15 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from schemas.events import TERMINAL_EVENTS, Event, JobSubmitted
+from schemas.events import TERMINAL_EVENTS, Event, FailureClassified, JobSubmitted
 from schemas.spec import JobSpec
+from schemas.types import Evidence
 from services.clock import utcnow
 from services.ledger import Ledger, LedgerPort, compose
 from services.ledger.client import partition_for
@@ -65,6 +67,26 @@ async def services(
             await procs.stop()
         if sched is not None:
             await sched.stop()
+
+
+def breaks_the_retry_decider(job: JobSubmitted) -> FailureClassified:
+    """A record that decodes but that a processor cannot apply: a retryable failure at the
+    last representable second, whose retry time (the failure's time plus the backoff) is
+    past what a datetime holds, so the retry decider raises OverflowError."""
+    return FailureClassified(
+        job_id=job.job_id,
+        attempt=1,
+        occurred_at=datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC),
+        producer="classifier/test",
+        failure_class="node_lost",
+        attribution="platform",
+        retryable=True,
+        summary="the node was lost",
+        advice="nothing to do: it is retried",
+        evidence=Evidence(rule_id="test"),
+        rule_id="test",
+        classifier_version="test",
+    )
 
 
 def submitted(job_id: str | None = None, **spec: Any) -> JobSubmitted:

@@ -27,11 +27,12 @@ from projections.accounting import account
 from projections.job_state import project
 from schemas.events import AttemptScheduled, MeterTick
 from services.ledger import Ledger, compose
-from services.ledger.client import DLQ_CONSUMER
+from services.ledger.client import DLQ_CONSUMER, DLQ_ERROR, DLQ_REASON, partition_for
 from services.settings import Settings
 from tests.fakes.scripted_node import ScriptedNode
 from tests.processors.harness import (
     FAST,
+    breaks_the_retry_decider,
     fast,
     latest,
     services,
@@ -232,3 +233,35 @@ async def test_an_undecodable_record_is_dead_lettered_once_and_processing_goes_o
         "processors/dispatch+state+watchdog+classifier+accounting"
     ]
     assert consumers.count("scheduler") == 1
+
+
+async def test_a_record_a_processor_cannot_apply_is_parked_and_processing_goes_on(topics):
+    settings = fast(topics)
+    poisoned = submitted()
+    # The next job in the same partition: a worker stopped by the poison would never get to it.
+    partitions = settings.job_partitions
+    after = next(
+        job
+        for job in (submitted() for _ in range(1000))
+        if partition_for(job.job_id, partitions) == partition_for(poisoned.job_id, partitions)
+    )
+    async with (
+        services(settings, scheduler=False) as (_, processors),
+        Ledger(settings, "test") as ledger,
+    ):
+        await ledger.append_many([poisoned, breaks_the_retry_decider(poisoned), after])
+        view = await wait_latest(ledger, "job-state", after.job_id, lambda v: True)
+        await wait_processed(settings, ledger)  # committed past the poison, not stopped on it
+        assert processors is not None and not processors.crashed.is_set()
+        parked = [
+            {name: value.decode() for name, value in r.headers}
+            async for r in ledger.read_raw(settings.topic("dead-letter"))
+        ]
+    assert view.status == "submitted"
+    assert [(h[DLQ_CONSUMER], h[DLQ_REASON], h[DLQ_ERROR]) for h in parked] == [
+        (
+            "processors/dispatch+state+watchdog+classifier+accounting",
+            "unapplicable",
+            "date value out of range",
+        )
+    ]

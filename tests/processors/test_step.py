@@ -6,12 +6,14 @@
   pure folds of the resulting history.
 - The same records in batches of 1, 7 and 1000 give the same derived events, views
   and records: batching changes nothing.
-- An undecodable record is dead-lettered once and the batch goes on.
+- An undecodable record is dead-lettered once and the batch goes on; so is one that
+  decodes but that a processor cannot apply (``unapplicable``, with the error).
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,22 +23,26 @@ from projections.accounting import account
 from projections.decisions import DECISION_PRODUCERS, settle
 from projections.history import unique
 from projections.job_state import project
+from schemas import codec
 from schemas.errors import LedgerError
 from schemas.events import (
     TERMINAL_EVENTS,
     AttemptHeartbeat,
     Event,
+    FailureClassified,
     JobSubmitted,
     MeterTick,
     ProcessExited,
 )
-from services.ledger.client import DLQ_CONSUMER
+from services.ledger.client import DLQ_CONSUMER, DLQ_ERROR, DLQ_REASON
 from services.processors import build_processors
 from services.settings import Settings
 from services.simulator.histories import job_history
 from services.simulator.mix import JobMix
+from tests.fakes.feed import Feed
 from tests.fakes.ledger import FakeLedger
 from tests.golden.golden import fixture_paths, load
+from tests.processors.harness import breaks_the_retry_decider, submitted
 
 SETTINGS = Settings(topic_prefix="step-test.", job_partitions=3)
 TOPIC = SETTINGS.topic
@@ -57,9 +63,15 @@ async def fake(settings: Settings = SETTINGS) -> FakeLedger:
 CONSUMED = (TOPIC("job-events"), TOPIC("meter-ticks"), TOPIC("heartbeats"))
 
 
+_FEEDS: weakref.WeakKeyDictionary[Any, Feed] = weakref.WeakKeyDictionary()
+
+
 async def drain(processors: Any, ledger: FakeLedger, size: int) -> None:
-    while batch := ledger.take(CONSUMED, size):
-        await processors.step.run(batch)
+    """Every unread record of the consumed topics through the worker's step, ``size`` at a
+    time, through the one subscription (decoded, undecodable ones parked there)."""
+    if processors not in _FEEDS:
+        _FEEDS[processors] = Feed(ledger, CONSUMED, processors.step.consumer_name, size)
+    await _FEEDS[processors].drain(processors.step.run)
 
 
 def outcome(ledger: FakeLedger, job_id: str) -> tuple[list[Event], Any, Any]:
@@ -136,6 +148,24 @@ async def test_an_undecodable_record_is_dead_lettered_once_and_the_batch_goes_on
         "processors/dispatch+state+watchdog+classifier+accounting"
     ]
     assert outcome(ledger, "job-x")[1] == project([job])
+
+
+async def test_a_record_a_processor_cannot_apply_is_parked_with_its_error_and_the_batch_goes_on():
+    ledger = await fake()
+    processors = worker(ledger)
+    poisoned, after = submitted("job-poisoned"), submitted("job-after")
+    await ledger.append(poisoned)
+    await ledger.append(breaks_the_retry_decider(poisoned))
+    await ledger.append(after)
+    await drain(processors, ledger, 1000)
+    [parked] = [r async for r in ledger.read_raw(TOPIC("dead-letter"))]
+    headers = {name: value.decode() for name, value in parked.headers}
+    assert (headers[DLQ_REASON], headers[DLQ_ERROR]) == ("unapplicable", "date value out of range")
+    assert parked.value is not None
+    assert isinstance(codec.decode(parked.value), FailureClassified)
+    # Every other record, of the same job and of the next, is applied as before.
+    assert outcome(ledger, "job-after")[1] == project([after])
+    assert outcome(ledger, "job-poisoned")[1].status == "submitted"
 
 
 @pytest.mark.parametrize("path", fixture_paths()[:4], ids=lambda p: p.stem)
