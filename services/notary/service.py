@@ -5,11 +5,12 @@ Per partition, once ``notary_seal_records`` records are waiting or the oldest ha
 appends it to ``ledger-seals`` (keyed ``<topic>/<partition>``, acknowledged) and then
 stores it in the object store (services/notary/store.py).
 
-**Resuming.** The notary keeps no state of its own: at start, and after every outage,
-it reads ``ledger-seals`` from offset 0 and keeps, per partition, the last seal that is
-signed by an accepted key and continues the chain; it reads that partition on from the
-seal's end. A crash before the append leaves nothing to undo (those records are read
-again and sealed once); a crash after it is resumed from the appended seal, so there is
+**Resuming.** The notary keeps no state of its own: at start it reads ``ledger-seals``
+from offset 0 and keeps, per partition, the last seal that is signed by an accepted key
+and continues the chain; it reads that partition on from the seal's end, through one
+subscription (``ledger.subscribe``: raw records, no group), which rides out a later
+outage and resumes after what it handed over. A crash before the append leaves nothing
+to undo (those records are read again and sealed once); a crash after it is resumed from the appended seal, so there is
 no gap and no double seal. The store's copy of each partition's last seal is written
 again at start (the same key and bytes), in case the crash came between the two.
 
@@ -27,20 +28,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from schemas.topics import SEALED_TOPICS
 from services.backoff import retrying
 from services.clock import utcnow
-from services.ledger import Ledger, TopicPartition, broker_unavailable
+from services.ledger import Ledger, broker_unavailable
 from services.ledger.client import (
     CONSUMER_OUTAGE_ERRORS,
     DLQ_CONSUMER,
     DLQ_SOURCE_OFFSET,
     DLQ_SOURCE_TOPIC,
 )
+from services.ledger.subscription import Subscription
 from services.notary import keys
 from services.notary.chain import Seal, SealError, follows, leaf_of, next_seal
 from services.notary.store import SealStore
@@ -51,6 +52,8 @@ from services.settings import Settings
 log = logging.getLogger(__name__)
 
 CONSUMER = "notary"
+STOP_GRACE_S = 5.0
+"""How long a stop waits for the sealing loop to finish its batch (seconds)."""
 Partition = tuple[str, int]
 """(topic suffix, partition)."""
 
@@ -74,7 +77,8 @@ class Notary:
         reconnect backoff, in order."""
         self._store_attempt = 0
         self._store_retry_at = 0.0
-        self.consumer: Any = None
+        self.consumer: Subscription | None = None
+        """The subscription while sealing (None: resuming, or stopped)."""
         self.ready = asyncio.Event()
         self.seals = 0
 
@@ -91,32 +95,45 @@ class Notary:
         return self
 
     async def stop(self) -> None:
-        """Close the consumer and the ledger."""
-        await self._close_consumer()
+        """Close the ledger."""
         await self.ledger.stop()
 
     async def serve_until(self, stop: asyncio.Event) -> None:
-        """Seal until ``stop`` is set; an outage of the broker is ridden out (resuming
-        from ``ledger-seals`` each time it is back)."""
+        """Seal until ``stop`` is set: resume from ``ledger-seals`` (waiting out a broker
+        that is away meanwhile), then read on through one subscription, which rides out
+        later outages itself and resumes after what it handed over (the leaves waiting for
+        their seal are of those records, so nothing needs resuming again)."""
         backoff = self.settings.reconnect_backoff()
         attempt = 0
-        while not stop.is_set():
+        while True:
             try:
-                await self.resume()
-                attempt = 0
-                await self._seal_until(stop)
+                starts = await self.resume()
+                break
             except CONSUMER_OUTAGE_ERRORS as exc:
-                self.ready.clear()
                 self.ledger.outage.down(exc)
-                await self._close_consumer()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), backoff.delay(attempt))
+                if stop.is_set():
+                    return
                 attempt += 1
-        await self._flush_pending()
+        sealing = asyncio.create_task(self._seal_until(starts, stop))
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({sealing, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            # Stopped: the loop returns at its next batch; one that does not within the
+            # grace is waiting for a broker that is away (what it read is read again).
+            done, _ = await asyncio.wait({sealing}, timeout=STOP_GRACE_S)
+        finally:
+            for task in (sealing, stopping):
+                task.cancel()
+            await asyncio.gather(sealing, stopping, return_exceptions=True)
+        if sealing in done:
+            sealing.result()  # a bug ends the run with its error
+            await self._flush_pending()
 
-    async def resume(self) -> None:
-        """Read ``ledger-seals`` and position a consumer on every sealed partition after
-        its last accepted seal."""
+    async def resume(self) -> dict[tuple[str, int], int]:
+        """Read ``ledger-seals``: each sealed partition's last accepted seal; returns the
+        offset each partition is read on from (after its last seal; absent: its start)."""
         assert self.key is not None
         accepted = keys.accepted_keys(self.settings, self.key.public_key())
         parked = await self._parked()
@@ -142,32 +159,15 @@ class Notary:
                 await self.ledger.dead_letter(raw, why, CONSUMER, reason)
         for seal in self.last.values():
             await self._store(seal)  # the crash may have come between the topic and here
-        tps = []
-        starts: dict[Any, int] = {}
-        for suffix in SEALED_TOPICS:
-            topic = self.settings.topic(suffix)
-            for partition in range(await self.ledger.partitions(topic)):
-                tp = TopicPartition(topic, partition)
-                tps.append(tp)
-                last = self.last.get((suffix, partition))
-                if last is not None:
-                    starts[tp] = last.end_offset
-        await self._close_consumer()
-        consumer = self.ledger.consumer(max_partition_fetch_bytes=4 * 1024 * 1024)
-        await consumer.start()
-        self.consumer = consumer
-        consumer.assign(tps)
-        fresh = [tp for tp in tps if tp not in starts]
-        if fresh:
-            await consumer.seek_to_beginning(*fresh)
-        for tp, offset in starts.items():
-            consumer.seek(tp, offset)
-        self.ready.set()
+        starts = {
+            (self.settings.topic(suffix), partition): seal.end_offset
+            for (suffix, partition), seal in self.last.items()
+        }
         log.info(
-            "notary resumed: %d partition(s) sealed before, %d read from their start",
+            "notary resumed: %d partition(s) sealed before, the others read from their start",
             len(starts),
-            len(fresh),
         )
+        return starts
 
     async def _parked(self) -> set[int]:
         """Offsets of ``ledger-seals`` records this notary already parked (parked once)."""
@@ -182,32 +182,45 @@ class Notary:
                     offsets.add(int(headers.get(DLQ_SOURCE_OFFSET, "")))
         return offsets
 
-    async def _seal_until(self, stop: asyncio.Event) -> None:
+    async def _seal_until(self, starts: dict[tuple[str, int], int], stop: asyncio.Event) -> None:
+        """The handler of the one subscription to the sealed topics: raw records (never
+        decoded), sealed per partition by count or by interval."""
         limit = self.settings.notary_seal_records
         prefix_len = len(self.settings.topic_prefix)
-        while not stop.is_set():
-            batch = await self.consumer.getmany(timeout_ms=200, max_records=limit * 4)
-            for tp, raws in batch.items():
-                where = (tp.topic[prefix_len:], tp.partition)
-                pending = self.pending.setdefault(where, [])
-                if raws and not pending:
-                    self.waiting_since[where] = time.monotonic()
-                for raw in raws:
-                    pending.append((raw.offset, leaf_of(raw)))
-                    if len(pending) >= limit:
-                        await self._seal(where)
+        subscription = self.ledger.subscribe(
+            [self.settings.topic(suffix) for suffix in SEALED_TOPICS],
+            name=CONSUMER,
+            positions=starts,
+            decode=False,
+            max_records=limit * 4,
+            options={"max_partition_fetch_bytes": 4 * 1024 * 1024},
+        )
+        async with subscription:
+            self.consumer = subscription
+            self.ready.set()
+            try:
+                async for batch in subscription:
+                    if stop.is_set():
+                        return
+                    for raw in batch.raws:
+                        where = (raw.topic[prefix_len:], raw.partition)
                         pending = self.pending.setdefault(where, [])
-                        self.waiting_since[where] = time.monotonic()
-            interval = self.settings.notary_seal_interval_s
-            for where, pending in list(self.pending.items()):
-                if pending and time.monotonic() - self.waiting_since[where] >= interval:
-                    await self._seal(where)
-            await self._store_unstored()
+                        if not pending:
+                            self.waiting_since[where] = time.monotonic()
+                        pending.append((raw.offset, leaf_of(raw)))
+                        if len(pending) >= limit:
+                            await self._seal(where)
+                    interval = self.settings.notary_seal_interval_s
+                    for where, pending in list(self.pending.items()):
+                        if pending and time.monotonic() - self.waiting_since[where] >= interval:
+                            await self._seal(where)
+                    await self._store_unstored()
+            finally:
+                self.consumer = None
+                self.ready.clear()
 
     async def _flush_pending(self) -> None:
         """At a clean stop, seal what was read: nothing waits for the next start."""
-        if not self.ready.is_set():
-            return
         with contextlib.suppress(*CONSUMER_OUTAGE_ERRORS):
             for where, pending in list(self.pending.items()):
                 if pending:
@@ -274,9 +287,3 @@ class Notary:
                 return
             self.unstored.pop(0)
         self._store_attempt = 0
-
-    async def _close_consumer(self) -> None:
-        consumer, self.consumer = self.consumer, None
-        if consumer is not None:
-            with contextlib.suppress(Exception):
-                await consumer.stop()

@@ -2,8 +2,9 @@
 
 Two loops, one process (``gridledger webhooks serve``):
 
-- **enqueue** consumes every partition of ``job-events`` from the offsets it stored in
-  Postgres (``consumer_offsets``, consumer ``webhooks``). Per batch, in one transaction:
+- **enqueue** is the handler of one subscription (``ledger.subscribe``) to every
+  partition of ``job-events`` from the offsets it stored in Postgres
+  (``consumer_offsets``, consumer ``webhooks``). Per batch, in one transaction:
   each job's tenant from its first JobSubmitted (``webhook_job_tenants``; a resubmission
   is ignored, as in the folds), one ``webhook_outbox`` row per event and enabled
   subscription of that tenant that names its type (the body made then: the event as
@@ -50,6 +51,7 @@ from services.backoff import outage_of, wait_event
 from services.clock import utcnow
 from services.ledger import TopicPartition
 from services.ledger.client import Ledger, LedgerRecord
+from services.ledger.subscription import Subscription
 from services.ops import metrics
 from services.ops.server import ops_server
 from services.secretstore import SecretsKey
@@ -159,7 +161,8 @@ class WebhookService:
         self.ledger = ledger
         self.pool = pool
         self.key = key
-        self.consumer: Any = None
+        self.consumer: Subscription | None = None
+        """The subscription while it reads (None: waiting for the broker or Postgres)."""
         self.positions: dict[TopicPartition, int] = {}
         self.delivered = 0
         self._stopping = asyncio.Event()
@@ -228,38 +231,32 @@ class WebhookService:
     # ----------------------------------------------------------------------- enqueue
 
     async def _enqueue(self) -> None:
-        topic = self.settings.topic("job-events")
-        tps = [TopicPartition(topic, p) for p in range(await self.ledger.partitions(topic))]
-        consumer = self.ledger.consumer()
-        await consumer.start()
-        try:
-            consumer.assign(tps)
-            async with self.pool.acquire() as conn:
-                stored = await stored_offsets(conn, CONSUMER_NAME)
-            for tp in tps:
-                consumer.seek(tp, stored.get(tp, 0))
-            self.positions = dict(stored)
-            self.pg_outage.up()
-            self.consumer = consumer
-            while not self._stopping.is_set():
-                batch = await consumer.getmany(timeout_ms=200, max_records=1000)
-                raws = [raw for records in batch.values() for raw in records]
-                if raws:
-                    await self._commit(raws)
-        finally:
-            self.consumer = None
-            await consumer.stop()
+        """The handler of the one subscription: each batch's rows and offsets in one
+        transaction, from the offsets stored with the rows (the subscription decodes,
+        parks an undecodable record and rides out a broker outage)."""
+        async with self.pool.acquire() as conn:
+            stored = await stored_offsets(conn, CONSUMER_NAME)
+        self.positions = dict(stored)
+        self.pg_outage.up()
+        subscription = self.ledger.subscribe(
+            [self.settings.topic("job-events")], name=CONSUMER_NAME, positions=stored
+        )
+        async with subscription:
+            self.consumer = subscription
+            try:
+                async for batch in subscription:
+                    if self._stopping.is_set():
+                        return
+                    if batch:
+                        await self._commit(batch.records, batch.offsets)
+            finally:
+                self.consumer = None
 
-    async def _commit(self, raws: list[Any]) -> None:
-        """Queue a polled batch's events for their subscriptions, with the offsets."""
-        offsets: dict[TopicPartition, int] = {}
-        events: list[Event] = []
-        for raw in raws:
-            tp = TopicPartition(raw.topic, raw.partition)
-            offsets[tp] = max(offsets.get(tp, 0), raw.offset + 1)
-            record: LedgerRecord | None = await self.ledger.decode(raw, CONSUMER_NAME)
-            if record is not None and isinstance(record.value, Event):
-                events.append(record.value)
+    async def _commit(
+        self, records: list[LedgerRecord], offsets: dict[TopicPartition, int]
+    ) -> None:
+        """Queue a batch's events for their subscriptions, with the offsets."""
+        events = [r.value for r in records if isinstance(r.value, Event)]
         now = utcnow()
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.executemany(
