@@ -1,90 +1,30 @@
-"""The leader fence: which scheduler decisions on ``job-events`` readers apply.
+"""The leader fence for the server's readers: which scheduler decisions on ``job-events``
+they apply, judged on the events as models.
 
-Two schedulers may run; one leads. A new leader appends a
-:class:`~schemas.events.LeaderElected` marker with its epoch to every partition of
-``job-events`` before it decides anything, and stamps its epoch on every decision
-(:class:`~schemas.events.SchedulerDecision`). A reader judges a decision at
-``offset`` of a partition against the highest epoch announced *before* that offset
-in the same partition: an older epoch means its leader was deposed before the
-decision reached the log, and the decision is dropped, by every reader alike (the
-processors, the sink, replay and the schedulers themselves), since the answer
-depends only on the partition's order, never on when it is read.
-
-The fence remembers each marker's offset, so a record read again (a redelivery, a
-rebuild that read past it) is judged as of its own offset, not as of what was read
-since. Markers themselves are no job's events: :meth:`Fence.admits` folds them and
-returns False.
+The rule itself is :mod:`gridledger_client.fence` (the client distribution's: the
+server's readers and a subscriber's apply the one copy); this module gives it the
+events. The processors (live and at rebuild), the sink, replay, the webhooks service and
+the schedulers themselves all drop the same records (docs/architecture.md, "The
+scheduler's leader").
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from gridledger_client.fence import Fence as _Rule
 
 from schemas.events import Event, LeaderElected, SchedulerDecision
 
 
-@dataclass
-class _Partition:
-    offsets: list[int] = field(default_factory=list)
-    """Offsets of the markers that raised the epoch, ascending."""
-    epochs: list[int] = field(default_factory=list)
-    """The epoch in force from the marker at the same index on (ascending too)."""
-
-    def epoch_before(self, offset: int) -> int:
-        at = bisect.bisect_left(self.offsets, offset)
-        return self.epochs[at - 1] if at else 0
-
-    def mark(self, offset: int, epoch: int) -> bool:
-        if epoch <= self.epoch_before(offset) or offset in self.offsets:
-            return False
-        at = bisect.bisect_left(self.offsets, offset)
-        self.offsets.insert(at, offset)
-        self.epochs.insert(at, epoch)
-        # A later marker of a lower epoch no longer raises anything.
-        keep = [i for i in range(len(self.offsets)) if i <= at or self.epochs[i] > epoch]
-        self.offsets = [self.offsets[i] for i in keep]
-        self.epochs = [self.epochs[i] for i in keep]
-        return True
-
-
-class Fence:
+class Fence(_Rule):
     """Per partition of ``job-events``: the leader epochs announced, by offset."""
-
-    def __init__(self, marks: Iterable[tuple[int, int, int]] = ()) -> None:
-        self._partitions: dict[int, _Partition] = {}
-        for partition, offset, epoch in marks:
-            self.mark(partition, offset, epoch)
-
-    def mark(self, partition: int, offset: int, epoch: int) -> bool:
-        """Note a marker; True when it raised the epoch in force from ``offset`` on."""
-        return self._partitions.setdefault(partition, _Partition()).mark(offset, epoch)
-
-    def epoch(self, partition: int, offset: int) -> int:
-        """The epoch in force at ``offset`` (0 before any marker)."""
-        found = self._partitions.get(partition)
-        return found.epoch_before(offset) if found is not None else 0
-
-    def latest(self) -> int:
-        """The highest epoch announced on any partition."""
-        return max((p.epochs[-1] for p in self._partitions.values() if p.epochs), default=0)
 
     def admits(self, partition: int, offset: int, event: Event) -> bool:
         """Whether readers apply the event read at ``offset`` of ``partition``: a marker is
         folded (never applied), a scheduler decision of an epoch older than the one in
         force there is dropped, everything else is applied."""
-        if isinstance(event, LeaderElected):
-            self.mark(partition, offset, event.epoch)
-            return False
-        if isinstance(event, SchedulerDecision):
-            return event.leader_epoch >= self.epoch(partition, offset)
-        return True
-
-    def marks(self) -> list[tuple[int, int, int]]:
-        """(partition, offset, epoch) of every marker that raised the epoch, to store."""
-        return [
-            (partition, offset, epoch)
-            for partition, p in sorted(self._partitions.items())
-            for offset, epoch in zip(p.offsets, p.epochs, strict=True)
-        ]
+        return self.judge(
+            partition,
+            offset,
+            event.epoch if isinstance(event, LeaderElected) else None,
+            event.leader_epoch if isinstance(event, SchedulerDecision) else None,
+        )
