@@ -10,9 +10,10 @@ from offset 0 and keeps, per partition, the last seal that is signed by an accep
 and continues the chain; it reads that partition on from the seal's end, through one
 subscription (``ledger.subscribe``: raw records, no group), which rides out a later
 outage and resumes after what it handed over. A crash before the append leaves nothing
-to undo (those records are read again and sealed once); a crash after it is resumed
-from the appended seal, so there is no gap and no double seal. The store's copy of each partition's last seal is written
-again at start (the same key and bytes), in case the crash came between the two.
+to undo (those records are read again and sealed once); a crash after it is resumed from
+the appended seal, so there is no gap and no double seal. The store's copy of each
+partition's last seal is written again at start (the same key and bytes), in case the
+crash came between the two.
 
 **Poison records.** Hashing takes any bytes, so a record of a sealed topic cannot stop
 it. A record on ``ledger-seals`` that is not an accepted seal (it does not parse, is
