@@ -300,12 +300,13 @@ ORDER = (
     "projections/fit.py", "projections/bounds.py", "projections/retry.py",
     "projections/failures.py", "projections/classes.py",
     "services/scheduler/core.py", "services/scheduler/fleet.py",
-    "services/scheduler/placement.py", "services/scheduler/queue.py", "services/sink/rows.py",
+    "services/scheduler/placement.py", "services/scheduler/queue.py",
+    "services/scheduler/snapshot.py", "services/sink/rows.py",
     "services/agent/meter.py", "services/processors/watchdog.py",
     "services/processors/dispatch.py", "services/notary/chain.py",
     "services/notary/findings.py", "projections/decisions.py", "projections/prices.py",
     "projections/usage.py", "projections/fence.py", "projections/job_state.py",
-    "projections/fold.py", "projections/history.py", "projections/evidence.py",
+    "projections/fold.py", "projections/tally.py", "projections/history.py", "projections/evidence.py",
     "projections/accounting.py",
 )  # fmt: skip
 """The order ``run`` takes the modules in (any module not named here comes after them):

@@ -22,7 +22,6 @@ from services.cli import render
 from services.cli.exits import CliError, Exit
 from services.cli.options import Connection, Output, api_options, output_options
 from services.cli.usage import _utc_time
-from services.ledger import compose
 
 MAX_FILE_BYTES = 4 << 20
 
@@ -56,7 +55,7 @@ async def publish(settings: Any, path: Path) -> dict[str, Any]:
     from projections.prices import PriceBook, publication_problems
     from schemas.events import PriceCatalogPublished
     from services.clock import utcnow
-    from services.ledger import Ledger
+    from services.ledger import Ledger, compose
 
     catalog = read_catalog(path)
     async with Ledger(settings, "prices") as ledger:
