@@ -146,6 +146,8 @@ def broker_unavailable(exc: BaseException) -> bool:
     """
     if isinstance(exc, BrokerUnavailableError):
         return True
+    if isinstance(exc, kafka.CommitFailedError):
+        return False  # the group rebalanced (the broker answered): the batch is read again
     return isinstance(exc, kafka.KafkaError) and refusal_of(exc) is None
 
 

@@ -12,6 +12,7 @@ import asyncio
 import pytest
 from aiokafka.admin import NewTopic
 from aiokafka.errors import (
+    CommitFailedError,
     KafkaConnectionError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
@@ -120,3 +121,7 @@ def test_every_refusal_names_a_cause_and_a_fix_and_no_error_is_listed_twice() ->
     assert len(listed) == len(set(listed))
     for row in FATAL:
         assert row.cause and row.fix and row.errors
+
+
+def test_a_commit_refused_after_a_rebalance_is_not_an_outage() -> None:
+    assert not broker_unavailable(CommitFailedError("the group has already rebalanced"))
