@@ -306,7 +306,8 @@ ORDER = (
     "services/processors/dispatch.py", "services/notary/chain.py",
     "services/notary/findings.py", "projections/decisions.py", "projections/prices.py",
     "projections/usage.py", "projections/fence.py", "projections/job_state.py",
-    "projections/fold.py", "projections/tally.py", "projections/history.py", "projections/evidence.py",
+    "projections/fold.py", "projections/tally.py", "projections/history.py",
+    "projections/evidence.py",
     "projections/accounting.py",
 )  # fmt: skip
 """The order ``run`` takes the modules in (any module not named here comes after them):
