@@ -56,8 +56,11 @@ if [[ ! -f ${stamp} || $(cat "${stamp}") != "${want}" ]]; then
   # one resolve, so that pip takes gridledger-client from here.
   .venv/bin/python -m pip install -q -e ./client -e '.[dev,bench]'
   # The wheels a fresh venv installs the client from, offline (tests/client/test_clean_venv.py):
-  # its dependencies and its build backend (flit_core, client/pyproject.toml).
+  # its dependencies and its build backend, as client/pyproject.toml's build-system requires
+  # it (an unbounded `flit_core` took a major version the client's build refuses).
+  mapfile -t backend < <(.venv/bin/python -c 'import tomllib; print(*tomllib.load(
+      open("client/pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")')
   .venv/bin/python -m pip wheel -q -w "${GRIDLEDGER_CACHE:-${HOME}/.cache/gridledger}/wheels" \
-    ./client flit_core
+    ./client "${backend[@]}"
   echo "${want}" > "${stamp}"
 fi
