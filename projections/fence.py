@@ -1,10 +1,11 @@
 """The leader fence for the server's readers: which scheduler decisions on ``job-events``
 they apply, judged on the events as models.
 
-The rule itself is :mod:`gridledger_client.fence` (the client distribution's: the
-server's readers and a subscriber's apply the one copy); this module gives it the
-events. The processors (live and at rebuild), the sink, replay, the webhooks service and
-the schedulers themselves all drop the same records (docs/architecture.md, "The
+The rule itself is :mod:`gridledger_client.fence` (in the client distribution, so that a
+subscriber can apply the one copy); this module gives it the events. The processors
+(live and at rebuild), the sink (and so ``GET /v1/events``, which reads the sink's
+table), replay and the schedulers themselves drop the same records. The webhooks
+service and the client's ``Subscriber`` do not apply it yet (docs/architecture.md, "The
 scheduler's leader").
 """
 

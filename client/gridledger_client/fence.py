@@ -1,9 +1,10 @@
 """The leader fence: which scheduler decisions on ``job-events`` a reader applies.
 
 The one copy of the rule. The server's readers apply it through
-``projections.fence`` (its events as models), a :class:`~gridledger_client.Subscriber`
-applies it to the records it delivers (their fields as dicts); both import it from here,
-since the server depends on this distribution and this one on nothing of the server.
+``projections.fence`` (its events as models); a subscriber's code can apply it to the
+records it reads (their fields as dicts), which :class:`~gridledger_client.Subscriber`
+does not yet do itself. It lives here because the server depends on this distribution
+and this one on nothing of the server.
 
 Two schedulers may run; one leads. A new leader appends a ``LeaderElected`` marker with
 its ``epoch`` to every partition of ``job-events`` before it decides anything, and stamps
